@@ -1,0 +1,44 @@
+// Flash-style attention for prefill: streams K/V in blocks with an online softmax and returns
+// the output and the per-row log-sum-exp, so partial results over different K/V blocks can be
+// merged exactly (attention_merge.h). Positions are global, so the same kernel serves a whole
+// sequence on one rank and one (query shard, K/V block) step of context parallelism.
+#pragma once
+
+#include <cstdint>
+
+namespace slope::kernels {
+
+struct AttentionShape {
+  int64_t num_q_heads = 0;
+  int64_t num_kv_heads = 0;  // GQA: query head h reads KV head h / (num_q_heads / num_kv_heads)
+  int64_t head_dim = 0;
+};
+
+struct AttentionMask {
+  bool causal = true;
+  // Sliding window: if > 0, key position j is visible to query position p iff p - window < j
+  // (so `window` keys including p itself). 0 means unlimited.
+  int64_t window = 0;
+};
+
+// q:   [nq, Hq, D]  rows at global positions q_pos0 .. q_pos0 + nq - 1
+// k,v: [nk, Hkv, D] rows at global positions kv_pos0 .. kv_pos0 + nk - 1
+// out: [nq, Hq, D]
+// lse: [nq, Hq]  log Σ_j exp(scale · q·k_j) over the visible keys; -inf when none is visible
+//                (then the out row is 0).
+// sinks: optional [Hq] logits, one per query head. When given, each row's softmax denominator
+//        also includes exp(sink[h]) once, `out` is final and `lse` includes the sink. Pass
+//        nullptr for partial results that will be merged and finalised with attention_apply_sinks.
+// Blocks of keys that no query can see are skipped (causal, window). Threads over (head, query
+// block) with OpenMP.
+void flash_attention(const float* q, int64_t nq, int64_t q_pos0, const float* k, const float* v,
+                     int64_t nk, int64_t kv_pos0, const AttentionShape& shape,
+                     const AttentionMask& mask, float scale, const float* sinks, float* out,
+                     float* lse);
+
+// FLOPs of the work flash_attention actually has to do (QKᵀ and PV, 4·D per visible
+// (query, key, head) triple), counted exactly from the mask. For benchmarks and the planner.
+double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,
+                       const AttentionShape& shape, const AttentionMask& mask);
+
+}  // namespace slope::kernels

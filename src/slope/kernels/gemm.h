@@ -1,0 +1,51 @@
+// Linear layers: y[M,N] = x[M,K] · Wᵀ + b, activations f32, weights prepacked once at load.
+// Compute types: F32 (f32 weights and math) and BF16 (bf16 weights, x rounded to bf16, f32
+// accumulation). Backed by oneDNN matmul with prepacked weights (chosen by measurement, see
+// docs/performance.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "slope/core/dtype.h"
+
+namespace slope::kernels {
+
+enum class ComputeType { F32, BF16 };
+
+// How a weight matrix is laid out in memory.
+//   OutIn: [N, K] row-major (torch nn.Linear.weight, y = x Wᵀ)
+//   InOut: [K, N] row-major (gpt-oss expert tensors, y = x W)
+enum class WeightLayout { OutIn, InOut };
+
+class Linear {
+ public:
+  Linear();
+  // `weight` has dtype `wdtype` (F32, BF16 or F16) and layout `layout`; `bias` is optional f32 [N].
+  // Data is copied (and converted/prepacked) so the caller's buffers may be freed afterwards.
+  Linear(const void* weight, DType wdtype, WeightLayout layout, int64_t out_features,
+         int64_t in_features, const float* bias, ComputeType ct);
+  Linear(Linear&&) noexcept;
+  Linear& operator=(Linear&&) noexcept;
+  ~Linear();
+
+  // y[M, N] = x[M, K] · Wᵀ (+ bias). With accumulate, y += instead of y =.
+  // x and y are contiguous row-major f32. Thread-safe for concurrent calls with distinct y.
+  void forward(const float* x, int64_t M, float* y, bool accumulate = false) const;
+
+  int64_t in_features() const;
+  int64_t out_features() const;
+  size_t weight_bytes() const;  // bytes held for the packed weight
+  bool empty() const { return impl_ == nullptr; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Plain f32 GEMM, C[M,N] = alpha · A[M,K] · B[K,N] (+ beta·C), row-major with leading dimensions.
+// Used for small or one-off products where prepacking does not pay.
+void gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+              const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool transpose_b = false);
+
+}  // namespace slope::kernels

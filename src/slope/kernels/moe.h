@@ -1,0 +1,38 @@
+// Mixture-of-experts building blocks: routing, grouping tokens by expert so each expert runs
+// one GEMM over all its tokens, activations, and the weighted scatter-add back to tokens.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace slope::kernels {
+
+// gpt-oss routing: per token take the top-k router logits, then softmax over those k only.
+// logits [n, E] -> ids [n, k] (descending logit), weights [n, k].
+void route_topk_softmax(const float* logits, int64_t n, int64_t E, int k, int32_t* ids,
+                        float* weights);
+
+// Tokens grouped by expert. Slot s = t·k + j is token t's j-th choice.
+struct ExpertGroups {
+  std::vector<int64_t> offsets;  // [E + 1]: expert e owns rows offsets[e] .. offsets[e+1]-1
+  std::vector<int64_t> token;    // [n·k] token index of each grouped row
+  std::vector<float> weight;     // [n·k] routing weight of each grouped row
+};
+ExpertGroups group_by_expert(const int32_t* ids, const float* weights, int64_t n, int k,
+                             int64_t E);
+
+// dst[r, :] = src[rows[r], :] for r in [0, m): src [*, dim], dst [m, dim].
+void gather_rows(const float* src, const int64_t* rows, int64_t m, int64_t dim, float* dst);
+// dst[rows[r], :] += w[r] · src[r, :]. Serial over r within a call (rows may repeat).
+void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m,
+                      int64_t dim, float* dst);
+
+// gpt-oss clamped SwiGLU on interleaved gate/up: gu [m, 2I] with gate = gu[:, 0::2],
+// up = gu[:, 1::2]; gate = min(gate, limit); up = clamp(up, -limit, limit);
+// out [m, I] = (up + 1) · gate · sigmoid(alpha · gate).
+void swiglu_oai(const float* gu, int64_t m, int64_t I, float alpha, float limit, float* out);
+
+// Llama/Qwen SwiGLU: out [m, I] = silu(gate) · up, with gate_up [m, 2I] = [gate | up] halves.
+void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out);
+
+}  // namespace slope::kernels

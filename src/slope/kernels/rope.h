@@ -1,0 +1,47 @@
+// Rotary position embedding, NeoX ("rotate half") style as in HF transformers:
+//   x = [x1, x2] (halves of head_dim), out = [x1·cos − x2·sin, x2·cos + x1·sin]
+// with cos/sin of angle p·inv_freq_i, both multiplied by attention_scaling (YaRN's mscale).
+// inv_freq follows HF modeling_rope_utils for "default", "llama3" and "yarn".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace slope::kernels {
+
+struct RopeConfig {
+  std::string type = "default";  // "default" | "llama3" | "yarn"
+  double theta = 10000.0;
+  int64_t head_dim = 0;          // rotary dimension (= head_dim for every supported model)
+  double factor = 1.0;           // llama3, yarn
+  double low_freq_factor = 1.0;  // llama3
+  double high_freq_factor = 4.0; // llama3
+  int64_t original_max_position_embeddings = 0;  // llama3, yarn
+  double beta_fast = 32.0;       // yarn
+  double beta_slow = 1.0;        // yarn
+  bool truncate = true;          // yarn: floor/ceil the correction range (gpt-oss: false)
+  double attention_factor = 0.0; // yarn: 0 = default 0.1·ln(factor) + 1
+};
+
+class Rope {
+ public:
+  Rope() = default;
+  explicit Rope(const RopeConfig& cfg);
+
+  // Rotates x [n, H, head_dim] in place; row i is at global position pos0 + i.
+  void apply(float* x, int64_t n, int64_t H, int64_t pos0) const;
+  // Same for rows at arbitrary positions pos[n].
+  void apply(float* x, int64_t n, int64_t H, const int64_t* pos) const;
+
+  const std::vector<double>& inv_freq() const { return inv_freq_; }  // [head_dim / 2]
+  double attention_scaling() const { return attention_scaling_; }
+  int64_t head_dim() const { return head_dim_; }
+
+ private:
+  std::vector<double> inv_freq_;
+  double attention_scaling_ = 1.0;
+  int64_t head_dim_ = 0;
+};
+
+}  // namespace slope::kernels

@@ -1,0 +1,69 @@
+// Safetensors files (https://huggingface.co/docs/safetensors): an 8-byte little-endian header
+// length, a JSON header {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}},
+// then the raw bytes. Files are memory-mapped; tensors are views into the mapping.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "slope/core/tensor.h"
+
+namespace slope::model {
+
+// One memory-mapped .safetensors file. Every malformed input (short file, bad header length,
+// bad JSON, unknown dtype, offsets outside the data, shape/size mismatch, overlapping tensors)
+// throws slope::Error naming the file, the tensor and what is wrong.
+class SafetensorsFile {
+ public:
+  explicit SafetensorsFile(const std::string& path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::vector<std::string> names() const;
+  bool contains(const std::string& name) const;
+  // A read-only view into the mapping (kept alive by the returned tensor).
+  Tensor get(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  struct Entry { DType dtype; Shape shape; size_t begin, end; };
+  std::string path_;
+  std::shared_ptr<void> mapping_;  // unmaps on release
+  const uint8_t* data_ = nullptr;  // start of the byte buffer after the header
+  size_t data_size_ = 0;
+  std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// All weights of a HF model directory: model.safetensors, or shards listed in
+// model.safetensors.index.json ("weight_map": {name: file}).
+class WeightStore {
+ public:
+  explicit WeightStore(const std::string& model_dir);
+
+  bool contains(const std::string& name) const;
+  std::vector<std::string> names() const;
+  // Throws slope::Error "missing tensor NAME in DIR" if absent.
+  Tensor get(const std::string& name) const;
+  // As get(), and checks the shape: "tensor NAME has shape [..], expected [..]".
+  Tensor get(const std::string& name, const Shape& expected) const;
+
+ private:
+  std::string dir_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::map<std::string, size_t> index_;  // tensor name -> file
+};
+
+// Writes tensors (any supported dtype) to a .safetensors file, in the given order, with
+// optional string metadata. Throws slope::Error if the file cannot be written.
+void write_safetensors(const std::string& path,
+                       const std::vector<std::pair<std::string, Tensor>>& tensors,
+                       const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace slope::model
