@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs SLOPE's build and test dependencies from Debian 12 packages (idempotent).
+set -euo pipefail
+pkgs=(cmake g++ make libgomp1 libdnnl-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
+      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev
+      gnuplot-nox python3)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "installing: ${missing[*]}"
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

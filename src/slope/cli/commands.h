@@ -1,0 +1,13 @@
+// One function per `slope` subcommand. Each parses its own flags (CLI11), returns the process
+// exit code, and lets slope::Error propagate to main, which prints it and exits 1.
+#pragma once
+
+namespace slope::cli {
+
+int cmd_run(int argc, char** argv);         // run.cpp: prefill of one prompt, any mesh
+int cmd_make_model(int argc, char** argv);  // make_model.cpp: random-weight HF model
+int cmd_kv_merge(int argc, char** argv);    // kv_merge.cpp: assemble per-rank KV shards
+int cmd_plan(int argc, char** argv);        // plan.cpp: SLO planner
+int cmd_calibrate(int argc, char** argv);   // calibrate.cpp: hardware profile of this machine
+
+}  // namespace slope::cli

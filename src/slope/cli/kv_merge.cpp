@@ -1,0 +1,38 @@
+// `slope kv-merge`: assemble the per-rank KV shard files of one prefill into one file.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <iostream>
+
+#include "slope/cli/commands.h"
+#include "slope/core/error.h"
+#include "slope/engine/kv_export.h"
+
+namespace slope::cli {
+
+int cmd_kv_merge(int argc, char** argv) {
+  std::vector<std::string> inputs;
+  std::string dir, output;
+  CLI::App app{"Assemble per-rank KV shards (from `slope run --kv-out DIR`) into one KV cache file"};
+  app.add_option("inputs", inputs, "shard files (kv.rank<r>-of-<n>.safetensors)");
+  app.add_option("--dir", dir, "take every kv.rank*-of-*.safetensors in DIR");
+  app.add_option("--out", output, "merged output file")->required();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  if (!dir.empty()) {
+    SLOPE_CHECK(std::filesystem::is_directory(dir), "--dir '", dir, "' is not a directory");
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind("kv.rank", 0) == 0 && e.path().extension() == ".safetensors")
+        inputs.push_back(e.path().string());
+    }
+  }
+  SLOPE_CHECK(!inputs.empty(), "no KV shard files given; pass them or --dir DIR");
+  engine::merge_kv_shards(inputs, output);
+  std::cout << "merged " << inputs.size() << " shard(s) into " << output << "\n";
+  return 0;
+}
+
+}  // namespace slope::cli

@@ -1,0 +1,52 @@
+// The prefill executor: a prompt's token ids in, the first token, the last position's logits
+// and every layer's KV cache out. It runs the tokens a rank holds (its SequenceShard) through
+// all loaded layers, layer by layer; the AttentionRunner decides where other tokens' K/V come
+// from, so the same executor serves one rank and every context-parallel mesh.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "slope/core/tensor.h"
+#include "slope/model/attention_runner.h"
+#include "slope/model/model.h"
+
+namespace slope::engine {
+
+struct PrefillOptions {
+  int64_t chunk_tokens = 1024;  // rows per GEMM chunk of the token-local work
+  int top_k = 5;                // top logprobs reported for the last position
+  bool keep_kv = true;          // keep every layer's K/V (else one reused buffer)
+};
+
+struct TopLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+};
+
+struct PrefillResult {
+  model::SequenceShard shard;  // the rows this rank computed
+  // Set on the rank that holds the last position only.
+  bool has_logits = false;
+  std::vector<float> logits;  // [vocab] f32
+  int32_t first_token = -1;   // greedy
+  std::vector<TopLogprob> top_logprobs;
+  // Per layer [local rows, Hkv, D]: K after RoPE, and V (empty unless keep_kv).
+  std::vector<Tensor> k, v;
+  model::PhaseTimes times;
+  double seconds = 0;  // wall time of the whole prefill on this rank
+};
+
+// tokens: the whole prompt (already validated); shard: which of its positions this rank holds.
+PrefillResult prefill(const model::Model& model, const std::vector<int32_t>& tokens,
+                      const model::SequenceShard& shard, model::AttentionRunner& runner,
+                      const PrefillOptions& opts = {});
+
+// Greedy token and the top-k log-probabilities (log-softmax in double) of a logits row.
+std::vector<TopLogprob> top_logprobs(const float* logits, int64_t vocab, int k);
+
+// FLOPs of a whole prefill of n tokens (linear layers with the experts actually active, the
+// attention under its masks, lm_head for the last position only), 2 FLOPs per multiply-add.
+double prefill_flops(const model::ModelConfig& cfg, int64_t n);
+
+}  // namespace slope::engine

@@ -1,0 +1,141 @@
+#include "slope/model/layers.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "slope/core/error.h"
+#include "slope/core/sys.h"
+#include "slope/kernels/moe.h"
+#include "slope/kernels/norm.h"
+
+namespace slope::model {
+namespace {
+
+struct ScopedTimer {
+  double* acc;
+  double t0 = now_seconds();
+  ~ScopedTimer() {
+    if (acc) *acc += now_seconds() - t0;
+  }
+};
+
+// x [m, H] -> q [m, Hq, D], k/v rows of the cache [m, Hkv, D]; qk-norm and RoPE applied.
+void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* h, int64_t m,
+                   const int64_t* pos, float* q, float* k, float* v, Tensor& x, Tensor& qkv) {
+  const ModelConfig& c = *ctx.cfg;
+  const int64_t H = c.hidden_size, D = c.head_dim, qw = c.num_heads * D, kw = c.num_kv_heads * D;
+  kernels::rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps),
+                   c.norm_order, ctx.act_dtype);
+  w.attn.qkv.forward(x.data<float>(), m, qkv.data<float>());
+  const float* src = qkv.data<float>();
+  const int64_t width = qw + 2 * kw;
+  for (int64_t r = 0; r < m; ++r) {  // split the fused projection: [q | k | v] per row
+    std::memcpy(q + r * qw, src + r * width, qw * sizeof(float));
+    std::memcpy(k + r * kw, src + r * width + qw, kw * sizeof(float));
+    std::memcpy(v + r * kw, src + r * width + qw + kw, kw * sizeof(float));
+  }
+  if (!w.attn.q_norm.empty()) {  // qwen3: per-head RMSNorm over head_dim before RoPE
+    kernels::rmsnorm(q, w.attn.q_norm.data<float>(), q, m * c.num_heads, D, float(c.rms_norm_eps),
+                     c.norm_order, ctx.act_dtype);
+    kernels::rmsnorm(k, w.attn.k_norm.data<float>(), k, m * c.num_kv_heads, D,
+                     float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
+  }
+  ctx.rope->apply(q, m, c.num_heads, pos);
+  ctx.rope->apply(k, m, c.num_kv_heads, pos);
+}
+
+// Dense SwiGLU MLP: h += down(silu(gate(x)) · up(x)).
+void dense_mlp(const ModelConfig& c, const DenseMlpWeights& w, const float* x, int64_t m,
+               float* h) {
+  Tensor gu({m, 2 * c.intermediate_size}, DType::F32), act({m, c.intermediate_size}, DType::F32);
+  w.gate_up.forward(x, m, gu.data<float>());
+  kernels::silu_mul(gu.data<float>(), m, c.intermediate_size, act.data<float>());
+  w.down.forward(act.data<float>(), m, h, /*accumulate=*/true);
+}
+
+// gpt-oss MoE: route each token to its top-k experts, run each expert once over all of its
+// tokens, and add Σ_k w_k · (expert_k(x) + b_k) back (the down bias sits inside the weighting).
+void moe_mlp(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t m, float* h) {
+  const int64_t E = c.num_experts, I = c.intermediate_size, H = c.hidden_size;
+  const int k = int(c.experts_per_token);
+  Tensor logits({m, E}, DType::F32);
+  w.router.forward(x, m, logits.data<float>());
+  std::vector<int32_t> ids(m * k);
+  std::vector<float> weights(m * k);
+  kernels::route_topk_softmax(logits.data<float>(), m, E, k, ids.data(), weights.data());
+  kernels::ExpertGroups g = kernels::group_by_expert(ids.data(), weights.data(), m, k, E);
+  int64_t max_rows = 0;
+  for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, g.offsets[e + 1] - g.offsets[e]);
+  Tensor xin({max_rows, H}, DType::F32), gu({max_rows, 2 * I}, DType::F32),
+      act({max_rows, I}, DType::F32), y({max_rows, H}, DType::F32);
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
+    if (rows == 0) continue;
+    kernels::gather_rows(x, g.token.data() + r0, rows, H, xin.data<float>());
+    w.gate_up[e].forward(xin.data<float>(), rows, gu.data<float>());
+    kernels::swiglu_oai(gu.data<float>(), rows, I, float(c.swiglu_alpha), float(c.swiglu_limit),
+                        act.data<float>());
+    w.down[e].forward(act.data<float>(), rows, y.data<float>());
+    kernels::scatter_add_rows(y.data<float>(), g.token.data() + r0, g.weight.data() + r0, rows, H, h);
+  }
+}
+
+}  // namespace
+
+void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeights& w, float* h,
+                           const SequenceShard& q_shard, AttentionRunner& runner, float* k_cache,
+                           float* v_cache, int64_t kv_row0, const SequenceShard& kv_shard) {
+  const ModelConfig& c = *ctx.cfg;
+  const int64_t n = q_shard.local_tokens();
+  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
+  const int64_t chunk = std::max<int64_t>(1, std::min(ctx.chunk, std::max<int64_t>(n, 1)));
+  PhaseTimes dummy;
+  PhaseTimes& t = ctx.times ? *ctx.times : dummy;
+  const std::vector<int64_t> pos = q_shard.positions();
+
+  Tensor q({n, Hq, D}, DType::F32);
+  float* k_new = k_cache + kv_row0 * Hkv * D;
+  float* v_new = v_cache + kv_row0 * Hkv * D;
+  {
+    ScopedTimer st{&t.norm_qkv_rope};
+    Tensor x({chunk, H}, DType::F32), qkv({chunk, (Hq + 2 * Hkv) * D}, DType::F32);
+    for (int64_t r = 0; r < n; r += chunk) {
+      const int64_t m = std::min(chunk, n - r);
+      norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, q.data<float>() + r * Hq * D,
+                    k_new + r * Hkv * D, v_new + r * Hkv * D, x, qkv);
+    }
+  }
+
+  Tensor attn({n, Hq, D}, DType::F32);
+  {
+    ScopedTimer st{&t.attention};
+    LayerAttention spec;
+    spec.layer = layer;
+    spec.shape = {Hq, Hkv, D};
+    spec.mask.causal = true;
+    spec.mask.window = w.window;
+    spec.scale = float(c.attention_scale());
+    spec.sinks = w.attn.sinks.empty() ? nullptr : w.attn.sinks.data<float>();
+    runner.attend(spec, q.data<float>(), q_shard, k_cache, v_cache, kv_shard, attn.data<float>());
+  }
+  q = Tensor();
+
+  Tensor x({chunk, H}, DType::F32);
+  for (int64_t r = 0; r < n; r += chunk) {
+    const int64_t m = std::min(chunk, n - r);
+    float* hr = h + r * H;
+    {
+      ScopedTimer st{&t.o_proj};
+      w.attn.o.forward(attn.data<float>() + r * Hq * D, m, hr, /*accumulate=*/true);
+    }
+    ScopedTimer st{&t.mlp};
+    kernels::rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps),
+                     c.norm_order, ctx.act_dtype);
+    if (c.is_moe())
+      moe_mlp(c, w.moe, x.data<float>(), m, hr);
+    else
+      dense_mlp(c, w.mlp, x.data<float>(), m, hr);
+  }
+}
+
+}  // namespace slope::model

@@ -1,0 +1,67 @@
+// Shared decoder-layer building blocks. Every supported family (gpt_oss.cpp, llama.cpp) loads
+// its tensors into these structs; the forward helpers below are the same for all of them, and
+// what differs between families is data (biases present or not, norm order, sinks, window, MoE).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "slope/core/tensor.h"
+#include "slope/kernels/gemm.h"
+#include "slope/model/attention_runner.h"
+#include "slope/model/config.h"
+
+namespace slope::model {
+
+struct AttentionWeights {
+  kernels::Linear qkv;  // fused [Hq·D + 2·Hkv·D, H] (rows: q, then k, then v), biases included
+  kernels::Linear o;    // [H, Hq·D]
+  Tensor q_norm, k_norm;  // f32 [D] (qwen3) or empty
+  Tensor sinks;           // f32 [Hq] (gpt-oss) or empty
+};
+
+struct DenseMlpWeights {
+  kernels::Linear gate_up;  // fused [2I, H]: gate rows then up rows
+  kernels::Linear down;     // [H, I]
+};
+
+struct MoeWeights {
+  kernels::Linear router;                // [E, H] + bias
+  std::vector<kernels::Linear> gate_up;  // per expert, 2I outputs interleaved gate/up, + bias
+  std::vector<kernels::Linear> down;     // per expert, H outputs, + bias
+};
+
+struct LayerWeights {
+  Tensor input_norm;  // f32 [H]
+  Tensor post_norm;   // f32 [H]
+  AttentionWeights attn;
+  DenseMlpWeights mlp;  // dense families
+  MoeWeights moe;       // MoE families
+  int64_t window = 0;   // 0 = full causal, else sliding window
+};
+
+// Time spent per phase of the forward pass, seconds (summed over calls).
+struct PhaseTimes {
+  double embed = 0, norm_qkv_rope = 0, attention = 0, o_proj = 0, mlp = 0, lm_head = 0;
+};
+
+// Per-layer forward over the rows a rank holds (`q_shard` gives their global positions).
+// h [n, H] is the residual stream, updated in place. The layer's K (after RoPE) and V for these
+// rows are written into the KV cache k_cache, v_cache [*, Hkv, D] at rows kv_row0 .. kv_row0+n-1;
+// attention then runs over cache rows 0 .. kv_row0+n-1, whose positions `kv_shard` describes
+// (kv_row0 = 0 and kv_shard = q_shard for a whole prompt; > 0 when earlier chunks are cached).
+// Token-local work runs in chunks of `chunk` rows so temporaries grow with the chunk, not the
+// prompt.
+struct LayerContext {
+  const ModelConfig* cfg = nullptr;
+  const kernels::Rope* rope = nullptr;
+  DType act_dtype = DType::F32;  // where norms cast (bf16 compute rounds like the model dtype)
+  int64_t chunk = 1024;
+  PhaseTimes* times = nullptr;
+};
+
+void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeights& w, float* h,
+                           const SequenceShard& q_shard, AttentionRunner& runner, float* k_cache,
+                           float* v_cache, int64_t kv_row0, const SequenceShard& kv_shard);
+
+}  // namespace slope::model

@@ -1,0 +1,135 @@
+#include "slope/model/model.h"
+
+#include <cstring>
+
+#include "slope/core/error.h"
+#include "slope/core/half.h"
+#include "slope/kernels/norm.h"
+
+namespace slope::model {
+
+Tensor WeightLoader::f32(const std::string& name, const Shape& shape) const {
+  Tensor t = store.get(name, shape).to_f32();
+  *bytes += t.nbytes();
+  return t;
+}
+
+kernels::Linear WeightLoader::linear(const std::string& weight, int64_t out, int64_t in,
+                                     const std::string& bias) const {
+  return fused_linear({weight}, {out}, in, {bias});
+}
+
+kernels::Linear WeightLoader::fused_linear(const std::vector<std::string>& weights,
+                                           const std::vector<int64_t>& outs, int64_t in,
+                                           const std::vector<std::string>& biases) const {
+  int64_t total = 0;
+  for (int64_t o : outs) total += o;
+  // Stack the parts as f32 rows (exact for F32/BF16/F16 sources); Linear packs to the compute type.
+  Tensor w({total, in}, DType::F32);
+  Tensor b;
+  int64_t row = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    Tensor part = store.get(weights[i], {outs[i], in}).to_f32();
+    std::memcpy(w.data<float>() + row * in, part.data<float>(), part.nbytes());
+    if (i < biases.size() && !biases[i].empty()) {
+      if (b.empty()) b = Tensor({total}, DType::F32);
+      Tensor pb = store.get(biases[i], {outs[i]}).to_f32();
+      std::memcpy(b.data<float>() + row, pb.data<float>(), pb.nbytes());
+    }
+    row += outs[i];
+  }
+  kernels::Linear lin(w.data<float>(), DType::F32, kernels::WeightLayout::OutIn, total, in,
+                      b.empty() ? nullptr : b.data<float>(), compute);
+  *bytes += lin.weight_bytes() + (b.empty() ? 0 : b.nbytes());
+  return lin;
+}
+
+std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptions& opts) {
+  auto m = std::make_unique<Model>();
+  m->cfg_ = load_config(model_dir);
+  const ModelConfig& c = m->cfg_;
+  m->opts_ = opts;
+  if (m->opts_.last_layer < 0) m->opts_.last_layer = int(c.num_layers);
+  SLOPE_CHECK(0 <= m->opts_.first_layer && m->opts_.first_layer <= m->opts_.last_layer &&
+                  m->opts_.last_layer <= c.num_layers,
+              "layer range [", m->opts_.first_layer, ", ", m->opts_.last_layer,
+              ") is outside the model's ", c.num_layers, " layers");
+  m->rope_ = kernels::Rope(c.rope);
+
+  WeightStore store(model_dir);
+  WeightLoader wl{store, c, opts.compute, &m->weight_bytes_};
+  const int64_t V = c.vocab_size, H = c.hidden_size;
+  if (opts.load_embedding) {
+    m->embedding_ = store.get("model.embed_tokens.weight", {V, H});
+    SLOPE_CHECK(m->embedding_.dtype() == DType::F32 || m->embedding_.dtype() == DType::BF16 ||
+                    m->embedding_.dtype() == DType::F16,
+                "model.embed_tokens.weight has dtype ", dtype_name(m->embedding_.dtype()),
+                "; expected F32, BF16 or F16");
+    m->weight_bytes_ += m->embedding_.nbytes();
+  }
+  if (opts.load_head) {
+    m->final_norm_ = wl.f32("model.norm.weight", {H});
+    const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    m->head_ = wl.linear(head, V, H);
+  }
+  for (int i = m->opts_.first_layer; i < m->opts_.last_layer; ++i) {
+    LayerWeights w;
+    w.window = c.layer_window.at(i);
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    w.input_norm = wl.f32(p + "input_layernorm.weight", {H});
+    w.post_norm = wl.f32(p + "post_attention_layernorm.weight", {H});
+    if (c.arch == Arch::GptOss)
+      load_gpt_oss_layer(wl, i, w);
+    else
+      load_llama_layer(wl, i, w);
+    m->layers_.push_back(std::move(w));
+  }
+  return m;
+}
+
+void Model::validate_tokens(const std::vector<int32_t>& tokens) const {
+  SLOPE_CHECK(!tokens.empty(), "the prompt is empty; give at least one token id");
+  SLOPE_CHECK(int64_t(tokens.size()) <= cfg_.max_position_embeddings, "the prompt has ",
+              tokens.size(), " tokens, more than the model's max_position_embeddings (",
+              cfg_.max_position_embeddings, "); shorten it");
+  for (size_t i = 0; i < tokens.size(); ++i)
+    SLOPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "token id ", tokens[i],
+                " at position ", i, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+}
+
+void Model::embed(const int32_t* tokens, int64_t n, float* h) const {
+  SLOPE_CHECK(!embedding_.empty(), "this rank did not load the embedding");
+  const int64_t H = cfg_.hidden_size;
+  const DType dt = embedding_.dtype();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; ++i) {
+    float* dst = h + i * H;
+    const int64_t row = int64_t(tokens[i]) * H;
+    if (dt == DType::F32) {
+      std::memcpy(dst, embedding_.data<float>() + row, H * sizeof(float));
+    } else {
+      const uint16_t* src = embedding_.data<uint16_t>() + row;
+      for (int64_t j = 0; j < H; ++j) dst[j] = dt == DType::BF16 ? bf16_to_f32(src[j]) : f16_to_f32(src[j]);
+    }
+  }
+}
+
+void Model::logits(const float* h_row, float* out) const {
+  SLOPE_CHECK(!head_.empty(), "this rank did not load lm_head");
+  std::vector<float> x(cfg_.hidden_size);
+  kernels::rmsnorm(h_row, final_norm_.data<float>(), x.data(), 1, cfg_.hidden_size,
+                   float(cfg_.rms_norm_eps), cfg_.norm_order, layer_context(1, nullptr).act_dtype);
+  head_.forward(x.data(), 1, out);
+}
+
+LayerContext Model::layer_context(int64_t chunk, PhaseTimes* times) const {
+  LayerContext ctx;
+  ctx.cfg = &cfg_;
+  ctx.rope = &rope_;
+  ctx.act_dtype = opts_.compute == kernels::ComputeType::BF16 ? DType::BF16 : DType::F32;
+  ctx.chunk = chunk;
+  ctx.times = times;
+  return ctx;
+}
+
+}  // namespace slope::model

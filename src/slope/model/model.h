@@ -1,0 +1,82 @@
+// A loaded causal LM: configuration, weights packed for the chosen compute type, and the three
+// pieces of a forward pass (embed, decoder layers, final norm + lm_head on chosen rows).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slope/kernels/gemm.h"
+#include "slope/kernels/rope.h"
+#include "slope/model/config.h"
+#include "slope/model/layers.h"
+#include "slope/model/safetensors.h"
+
+namespace slope::model {
+
+struct LoadOptions {
+  kernels::ComputeType compute = kernels::ComputeType::F32;
+  // Layers [first_layer, last_layer) are loaded (pipeline stages load only their own);
+  // last_layer = -1 means all. Embedding and lm_head are loaded only when requested.
+  int first_layer = 0;
+  int last_layer = -1;
+  bool load_embedding = true;
+  bool load_head = true;
+};
+
+class Model {
+ public:
+  // Reads MODEL_DIR/config.json and the safetensors weights. Throws slope::Error for missing or
+  // malformed files and for tensors that are missing or misshaped (naming them).
+  static std::unique_ptr<Model> load(const std::string& model_dir, const LoadOptions& opts = {});
+
+  const ModelConfig& config() const { return cfg_; }
+  const kernels::Rope& rope() const { return rope_; }
+  kernels::ComputeType compute() const { return opts_.compute; }
+  int first_layer() const { return opts_.first_layer; }
+  int last_layer() const { return opts_.last_layer; }
+  const LayerWeights& layer(int i) const { return layers_.at(i - opts_.first_layer); }
+  size_t weight_bytes() const { return weight_bytes_; }
+
+  // Checks token ids against the vocabulary and the prompt length against
+  // max_position_embeddings; throws slope::Error naming the offending id or length.
+  void validate_tokens(const std::vector<int32_t>& tokens) const;
+  // h [n, H] = embedding rows of tokens[n].
+  void embed(const int32_t* tokens, int64_t n, float* h) const;
+  // logits [V] = lm_head(final_norm(h_row)) for one hidden row.
+  void logits(const float* h_row, float* out) const;
+
+  LayerContext layer_context(int64_t chunk, PhaseTimes* times) const;
+
+  // Family loaders (gpt_oss.cpp, llama.cpp) fill these.
+  ModelConfig cfg_;
+  LoadOptions opts_;
+  kernels::Rope rope_;
+  Tensor embedding_;   // [V, H], kept in the checkpoint dtype (mmap'd view)
+  Tensor final_norm_;  // f32 [H]
+  kernels::Linear head_;
+  std::vector<LayerWeights> layers_;
+  size_t weight_bytes_ = 0;
+};
+
+// Shared loading helpers for the family files.
+struct WeightLoader {
+  const WeightStore& store;
+  const ModelConfig& cfg;
+  kernels::ComputeType compute;
+  size_t* bytes;
+  Tensor f32(const std::string& name, const Shape& shape) const;  // converted copy
+  // A Linear from an [out, in] torch weight (and optional bias).
+  kernels::Linear linear(const std::string& weight, int64_t out, int64_t in,
+                         const std::string& bias = "") const;
+  // A Linear whose weight rows are several [out_i, in] tensors stacked (fused projections).
+  kernels::Linear fused_linear(const std::vector<std::string>& weights,
+                               const std::vector<int64_t>& outs, int64_t in,
+                               const std::vector<std::string>& biases) const;
+};
+
+void load_gpt_oss_layer(const WeightLoader& wl, int layer, LayerWeights& w);  // gpt_oss.cpp
+void load_llama_layer(const WeightLoader& wl, int layer, LayerWeights& w);    // llama.cpp
+
+}  // namespace slope::model
