@@ -1,0 +1,384 @@
+// CPU flash attention (see attention.h for the contract).
+//
+// Work unit: one query head h and one block of kBq = 64 query rows. The block's queries are
+// packed transposed and pre-scaled, Qt[d][r] = q[r,h,d] · scale · log2(e), so every score is
+// already in base 2 and the softmax needs only 2^x. Keys are then streamed in blocks of kBk,
+// restricted to the index range some query of the block can see (causal and window), and for
+// each key block:
+//
+//   St[j][r] = Σ_d K[j,d] · Qt[d][r]                  (scores, transposed: vectors over queries)
+//   m'  = max(m, max_j St[j][·])                       (running row maximum, base 2)
+//   α   = 2^(m - m'),  P[j][r] = 2^(St[j][r] - m')
+//   l   = α·l + Σ_j P[j][·]                            (running denominator)
+//   Ot  = α·Ot + Σ_j V[j,d] · P[j][·]                  (running numerator, Ot[d][r])
+//
+// and at the end out = Ot / l, lse = ln2·m + ln l (natural log). Keeping the query index in the
+// vector lanes makes the row max, α and l plain vertical operations, needs no K or V packing
+// (their elements are broadcast straight from [n, Hkv, D]), and works for any head_dim with the
+// same code. Only key blocks crossing the causal diagonal or the window edge are masked.
+// Rows with no visible key keep m = -inf: we then subtract 0 instead of m (so -inf - -inf never
+// occurs) and they finish with l = 0, out = 0, lse = -inf.
+//
+// Sinks: the sink logit joins the denominator once, LSE' = logaddexp(LSE, sink) and
+// out' = out · e^{LSE - LSE'} (the same finalisation as attention_apply_sinks).
+#include "slope/kernels/attention.h"
+
+// GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
+// (_mm512_undefined_* in the headers, GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "slope/kernels/cpu/exp2_avx512.h"
+
+namespace slope::kernels {
+namespace {
+
+constexpr double kLn2 = 0.69314718055994530942;
+constexpr double kLog2e = 1.44269504088896340736;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Visible key index range [lo, hi) of k/v for the query positions [p_first, p_last].
+struct KeyRange {
+  int64_t lo = 0, hi = 0;
+};
+
+KeyRange visible_keys(int64_t p_first, int64_t p_last, int64_t nk, int64_t kv_pos0,
+                      const AttentionMask& mask) {
+  int64_t lo = 0, hi = nk;
+  if (mask.window > 0) lo = std::max<int64_t>(lo, p_first - mask.window + 1 - kv_pos0);
+  if (mask.causal) hi = std::min<int64_t>(hi, p_last + 1 - kv_pos0);
+  lo = std::min(lo, nk);
+  hi = std::max<int64_t>(hi, 0);
+  return {lo, std::max(lo, hi)};
+}
+
+// Final row values from the running state (base-2 max m, denominator l, numerator already
+// divided by l by the caller): lse in natural log, and the factor that applies the sink.
+struct RowFinal {
+  float lse;
+  float out_factor;  // multiplies numerator / l
+};
+
+RowFinal finish_row(double m2, double l, const float* sinks, int64_t h) {
+  if (!(l > 0.0)) {
+    // No visible key: out = 0; with a sink the row is all sink, lse = sink.
+    return {sinks ? sinks[h] : kNegInf, 0.0f};
+  }
+  double lse = m2 * kLn2 + std::log(l);
+  double factor = 1.0;
+  if (sinks) {
+    // LSE' = logaddexp(LSE, sink), out' = out · e^{LSE - LSE'}.
+    const double s = sinks[h];
+    const double hi = std::max(lse, s), lo = std::min(lse, s);
+    const double lse2 = std::isinf(lo) ? hi : hi + std::log1p(std::exp(lo - hi));
+    factor = std::exp(lse - lse2);
+    lse = lse2;
+  }
+  return {static_cast<float>(lse), static_cast<float>(factor / l)};
+}
+
+#if defined(__AVX512F__)
+
+constexpr int kQV = 4;         // zmm vectors of queries per block
+constexpr int kBq = 16 * kQV;  // query rows per work unit
+constexpr int kBk = 64;        // keys per K/V block
+constexpr int kNB = 6;         // keys (QK) or head dims (PV) broadcast per micro-kernel step:
+                               // kQV·kNB = 24 zmm accumulators
+
+// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. 4×NB zmm accumulators.
+template <int NB>
+inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D, float* st) {
+  __m512 acc[NB][kQV];
+  for (int b = 0; b < NB; ++b)
+    for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
+  for (int64_t d = 0; d < D; ++d) {
+    __m512 qv[kQV];
+    for (int v = 0; v < kQV; ++v) qv[v] = _mm512_load_ps(qt + d * kBq + 16 * v);
+    for (int b = 0; b < NB; ++b) {
+      const __m512 kb = _mm512_set1_ps(k[b * kstride + d]);
+      for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_fmadd_ps(kb, qv[v], acc[b][v]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int v = 0; v < kQV; ++v) _mm512_store_ps(st + b * kBq + 16 * v, acc[b][v]);
+}
+
+// ot[b][·] = α · ot[b][·] + Σ_j v[j,b] · pt[j][·] for NB head dims b; v rows vstride apart.
+template <int NB>
+inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
+                    const __m512* alpha, float* ot) {
+  __m512 acc[NB][kQV];
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < kQV; ++q)
+      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+  for (int j = 0; j < nkeys; ++j) {
+    __m512 pv[kQV];
+    for (int q = 0; q < kQV; ++q) pv[q] = _mm512_load_ps(pt + j * kBq + 16 * q);
+    const float* vj = v + j * vstride;
+    for (int b = 0; b < NB; ++b) {
+      const __m512 vb = _mm512_set1_ps(vj[b]);
+      for (int q = 0; q < kQV; ++q) acc[b][q] = _mm512_fmadd_ps(vb, pv[q], acc[b][q]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
+}
+
+// Calls F<nb>::run for nb in 1..kNB (the micro-kernels need a compile-time count).
+template <template <int> class F, int N = kNB, typename... Args>
+inline void dispatch_nb(int nb, Args... args) {
+  if constexpr (N == 1) {
+    F<1>::run(args...);
+  } else {
+    if (nb >= N)
+      F<N>::run(args...);
+    else
+      dispatch_nb<F, N - 1>(nb, args...);
+  }
+}
+template <int NB>
+struct QkTile {
+  static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
+    qk_tile<NB>(qt, k, ks, D, st);
+  }
+};
+template <int NB>
+struct PvTile {
+  static void run(const float* pt, int n, const float* v, int64_t vs, const __m512* a, float* ot) {
+    pv_tile<NB>(pt, n, v, vs, a, ot);
+  }
+};
+
+// Per-thread scratch, 64-byte aligned.
+struct Scratch {
+  explicit Scratch(int64_t D)
+      : qt(alloc(D * kBq)), ot(alloc(D * kBq)), st(alloc(int64_t{kBk} * kBq)) {}
+  struct Free {
+    void operator()(float* p) const { ::operator delete[](p, std::align_val_t(64)); }
+  };
+  using Buf = std::unique_ptr<float[], Free>;
+  static Buf alloc(int64_t n) {
+    return Buf(static_cast<float*>(::operator new[](n * sizeof(float), std::align_val_t(64))));
+  }
+  Buf qt;  // [D][kBq]   pre-scaled transposed queries
+  Buf ot;  // [D][kBq]   running numerator
+  Buf st;  // [kBk][kBq] scores, then probabilities
+};
+
+struct Problem {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t nq, q_pos0, nk, kv_pos0;
+  int64_t Hq, Hkv, D;
+  AttentionMask mask;
+  float scale;
+  const float* sinks;
+  float* out;
+  float* lse;
+};
+
+// One (head, query block) work unit.
+void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
+  const int64_t D = pb.D;
+  const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
+  const int64_t kvh = h / (pb.Hq / pb.Hkv);
+  const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
+  const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+
+  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0.
+  const float qscale = static_cast<float>(pb.scale * kLog2e);
+  float* qt = s.qt.get();
+  for (int r = 0; r < kBq; ++r) {
+    if (r < nrows) {
+      const float* qr = pb.q + (i0 + r) * qstride + h * D;
+      for (int64_t d = 0; d < D; ++d) qt[d * kBq + r] = qr[d] * qscale;
+    } else {
+      for (int64_t d = 0; d < D; ++d) qt[d * kBq + r] = 0.0f;
+    }
+  }
+  float* ot = s.ot.get();
+  std::memset(ot, 0, sizeof(float) * D * kBq);
+  float* st = s.st.get();
+
+  __m512 m[kQV], l[kQV], alpha[kQV];
+  for (int v = 0; v < kQV; ++v) {
+    m[v] = _mm512_set1_ps(kNegInf);
+    l[v] = _mm512_setzero_ps();
+  }
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+
+  const KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
+  for (int64_t j0 = range.lo; j0 < range.hi; j0 += kBk) {
+    const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
+    const float* kb = pb.k + j0 * kvstride + kvh * D;
+    const float* vb = pb.v + j0 * kvstride + kvh * D;
+
+    // S = K·Qt for this key block.
+    for (int j = 0; j < nkeys; j += kNB)
+      dispatch_nb<QkTile>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
+                          st + j * kBq);
+
+    // Mask if the block crosses the diagonal or the window edge. Key j (position kp) is visible
+    // to rows r with r_min <= r < r_max, r_min = kp - qa (causal), r_max = kp + W - qa (window).
+    const int64_t kp0 = pb.kv_pos0 + j0;
+    auto r_min = [&](int64_t kp) {
+      return pb.mask.causal ? std::clamp<int64_t>(kp - qa, 0, kBq) : int64_t{0};
+    };
+    auto r_max = [&](int64_t kp) {
+      return pb.mask.window > 0 ? std::clamp<int64_t>(kp + pb.mask.window - qa, 0, kBq)
+                                : int64_t{kBq};
+    };
+    const bool full = r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
+    if (!full) {
+      for (int j = 0; j < nkeys; ++j) {
+        const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
+        const __m512i hi = _mm512_set1_epi32(static_cast<int>(r_max(kp0 + j)));
+        for (int v = 0; v < kQV; ++v) {
+          const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
+          const __mmask16 vis = _mm512_cmpge_epi32_mask(r, lo) & _mm512_cmplt_epi32_mask(r, hi);
+          float* p = st + j * kBq + 16 * v;
+          _mm512_store_ps(p, _mm512_mask_blend_ps(vis, neg_inf, _mm512_load_ps(p)));
+        }
+      }
+    }
+
+    // Online softmax update, all vertical over the query lanes.
+    for (int v = 0; v < kQV; ++v) {
+      __m512 mx = m[v];
+      for (int j = 0; j < nkeys; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(st + j * kBq + 16 * v));
+      // Subtract 0 for rows that still see nothing, so their 2^(s - m) is 2^-inf = 0, not NaN.
+      const __m512 muse = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ), mx,
+                                               _mm512_setzero_ps());
+      alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse));
+      __m512 sum = _mm512_setzero_ps();
+      for (int j = 0; j < nkeys; ++j) {
+        float* p = st + j * kBq + 16 * v;
+        const __m512 e = cpu::exp2_ps(_mm512_sub_ps(_mm512_load_ps(p), muse));
+        _mm512_store_ps(p, e);
+        sum = _mm512_add_ps(sum, e);
+      }
+      l[v] = _mm512_fmadd_ps(l[v], alpha[v], sum);
+      m[v] = mx;
+    }
+
+    // Ot = α·Ot + Vᵀ·P.
+    for (int64_t d = 0; d < D; d += kNB)
+      dispatch_nb<PvTile>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
+                          kvstride, alpha, ot + d * kBq);
+  }
+
+  // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.
+  alignas(64) float mrow[kBq], lrow[kBq];
+  for (int v = 0; v < kQV; ++v) {
+    _mm512_store_ps(mrow + 16 * v, m[v]);
+    _mm512_store_ps(lrow + 16 * v, l[v]);
+  }
+  for (int r = 0; r < nrows; ++r) {
+    const RowFinal f = finish_row(mrow[r], lrow[r], pb.sinks, h);
+    float* orow = pb.out + (i0 + r) * qstride + h * D;
+    for (int64_t d = 0; d < D; ++d) orow[d] = ot[d * kBq + r] * f.out_factor;
+    pb.lse[(i0 + r) * pb.Hq + h] = f.lse;
+  }
+}
+
+void run(const Problem& pb) {
+  const int64_t nqb = (pb.nq + kBq - 1) / kBq;
+  const int64_t tasks = nqb * pb.Hq;
+#pragma omp parallel
+  {
+    Scratch s(pb.D);
+    // Later query blocks see more keys under a causal mask: hand them out first. Consecutive
+    // tasks are heads of one query block, so GQA heads sharing a K/V head run close in time.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t qb = nqb - 1 - t / pb.Hq;
+      attend_block(pb, t % pb.Hq, qb * kBq, s);
+    }
+  }
+}
+
+#else  // portable fallback: one (row, head) at a time, two passes over the visible keys
+
+struct Problem {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t nq, q_pos0, nk, kv_pos0;
+  int64_t Hq, Hkv, D;
+  AttentionMask mask;
+  float scale;
+  const float* sinks;
+  float* out;
+  float* lse;
+};
+
+void run(const Problem& pb) {
+  const int64_t D = pb.D, group = pb.Hq / pb.Hkv;
+#pragma omp parallel
+  {
+    std::vector<double> s(pb.nk), acc(D);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < pb.nq * pb.Hq; ++t) {
+      const int64_t i = t / pb.Hq, h = t % pb.Hq, kvh = h / group;
+      const KeyRange r = visible_keys(pb.q_pos0 + i, pb.q_pos0 + i, pb.nk, pb.kv_pos0, pb.mask);
+      const float* qi = pb.q + (i * pb.Hq + h) * D;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t j = r.lo; j < r.hi; ++j) {
+        const float* kj = pb.k + (j * pb.Hkv + kvh) * D;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d) dot += double(qi[d]) * kj[d];
+        s[j] = dot * pb.scale * kLog2e;
+        mx = std::max(mx, s[j]);
+      }
+      double l = 0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int64_t j = r.lo; j < r.hi; ++j) {
+        const double p = std::exp2(s[j] - mx);
+        l += p;
+        const float* vj = pb.v + (j * pb.Hkv + kvh) * D;
+        for (int64_t d = 0; d < D; ++d) acc[d] += p * vj[d];
+      }
+      const RowFinal f = finish_row(mx, l, pb.sinks, h);
+      for (int64_t d = 0; d < D; ++d) pb.out[(i * pb.Hq + h) * D + d] = acc[d] * f.out_factor;
+      pb.lse[i * pb.Hq + h] = f.lse;
+    }
+  }
+}
+
+#endif
+
+}  // namespace
+
+void flash_attention(const float* q, int64_t nq, int64_t q_pos0, const float* k, const float* v,
+                     int64_t nk, int64_t kv_pos0, const AttentionShape& shape,
+                     const AttentionMask& mask, float scale, const float* sinks, float* out,
+                     float* lse) {
+  if (nq <= 0 || shape.num_q_heads <= 0 || shape.head_dim <= 0) return;
+  run(Problem{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
+              shape.head_dim, mask, scale, sinks, out, lse});
+}
+
+double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,
+                       const AttentionShape& shape, const AttentionMask& mask) {
+  // Σ over query rows of its visible key count: O(nq), exact in integers.
+  int64_t pairs = 0;
+  for (int64_t i = 0; i < nq; ++i) {
+    const KeyRange r = visible_keys(q_pos0 + i, q_pos0 + i, nk, kv_pos0, mask);
+    pairs += r.hi - r.lo;
+  }
+  return 4.0 * static_cast<double>(shape.head_dim) * static_cast<double>(shape.num_q_heads) *
+         static_cast<double>(pairs);
+}
+
+}  // namespace slope::kernels

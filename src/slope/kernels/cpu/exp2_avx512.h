@@ -1,0 +1,31 @@
+// Vectorised 2^x for the attention softmax (AVX-512). Internal to the CPU kernels.
+//
+// Range reduction: x = n + f with n = round(x), f in [-0.5, 0.5]; 2^f by a degree-6 polynomial
+// (interpolation at Chebyshev nodes, max relative error 8e-8 in float Horner evaluation, i.e.
+// about 1 ulp), then 2^n applied exactly by vscalefps, which also underflows cleanly to 0.
+// Inputs are clamped below at -200 so that -inf (masked scores) gives exactly 0 instead of NaN
+// (f = -inf - -inf). Callers only pass x <= 0 (scores minus their running maximum).
+#pragma once
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+namespace slope::kernels::cpu {
+
+inline __m512 exp2_ps(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+  const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 f = _mm512_sub_ps(x, n);
+  __m512 p = _mm512_set1_ps(1.546144485e-04f);
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.340042800e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618056938e-03f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550327152e-02f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265072e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
+  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+}  // namespace slope::kernels::cpu
+
+#endif

@@ -1,0 +1,323 @@
+// flash_attention, attention_flops, attention_merge and attention_apply_sinks against a naive
+// double-precision reference that materialises the scores, as HF gpt-oss eager attention does:
+// scores = scale·q·k + mask, the sink logit appended as an extra column, softmax, column dropped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "slope/kernels/attention.h"
+#include "slope/kernels/attention_merge.h"
+
+namespace slope::kernels {
+namespace {
+
+// f32 tolerance, relative: out rows against their largest |reference| element, lse against
+// max(1, |reference|) (lse is a log, so its natural error is absolute near 0).
+constexpr double kRelTol = 1e-5;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+bool visible(int64_t qp, int64_t kp, const AttentionMask& m) {
+  return (!m.causal || kp <= qp) && (m.window <= 0 || kp > qp - m.window);
+}
+
+struct Inputs {
+  int64_t nq, q_pos0, nk, kv_pos0;
+  AttentionShape shape;
+  AttentionMask mask;
+  float scale;
+  bool use_sinks;
+  std::vector<float> q, k, v, sinks;  // [nq,Hq,D], [nk,Hkv,D], [nk,Hkv,D], [Hq]
+};
+
+Inputs make_inputs(std::mt19937& rng, int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,
+                   AttentionShape shape, AttentionMask mask, float scale, bool use_sinks) {
+  Inputs in{nq, q_pos0, nk, kv_pos0, shape, mask, scale, use_sinks, {}, {}, {}, {}};
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f), us(-3.0f, 3.0f);
+  in.q.resize(nq * shape.num_q_heads * shape.head_dim);
+  in.k.resize(nk * shape.num_kv_heads * shape.head_dim);
+  in.v.resize(in.k.size());
+  in.sinks.resize(shape.num_q_heads);
+  for (float& x : in.q) x = u(rng);
+  for (float& x : in.k) x = u(rng);
+  for (float& x : in.v) x = u(rng);
+  for (float& x : in.sinks) x = us(rng);
+  return in;
+}
+
+// Naive reference: out [nq,Hq,D], lse [nq,Hq] in double.
+void reference(const Inputs& in, bool with_sinks, std::vector<double>& out,
+               std::vector<double>& lse) {
+  const int64_t Hq = in.shape.num_q_heads, Hkv = in.shape.num_kv_heads, D = in.shape.head_dim;
+  out.assign(in.nq * Hq * D, 0.0);
+  lse.assign(in.nq * Hq, -kInf);
+  std::vector<double> s(in.nk);
+  for (int64_t i = 0; i < in.nq; ++i)
+    for (int64_t h = 0; h < Hq; ++h) {
+      const int64_t kvh = h / (Hq / Hkv);
+      double mx = with_sinks ? double(in.sinks[h]) : -kInf;
+      for (int64_t j = 0; j < in.nk; ++j) {
+        s[j] = -kInf;
+        if (!visible(in.q_pos0 + i, in.kv_pos0 + j, in.mask)) continue;
+        double dot = 0;
+        for (int64_t d = 0; d < D; ++d)
+          dot += double(in.q[(i * Hq + h) * D + d]) * in.k[(j * Hkv + kvh) * D + d];
+        s[j] = in.scale * dot;
+        mx = std::max(mx, s[j]);
+      }
+      if (mx == -kInf) continue;  // nothing visible, no sink
+      double denom = with_sinks ? std::exp(in.sinks[h] - mx) : 0.0;
+      double* o = &out[(i * Hq + h) * D];
+      for (int64_t j = 0; j < in.nk; ++j) {
+        if (s[j] == -kInf) continue;
+        const double p = std::exp(s[j] - mx);
+        denom += p;
+        for (int64_t d = 0; d < D; ++d) o[d] += p * in.v[(j * Hkv + kvh) * D + d];
+      }
+      for (int64_t d = 0; d < D; ++d) o[d] /= denom;
+      lse[i * Hq + h] = mx + std::log(denom);
+    }
+}
+
+// Compares f32 results with the reference; reports the first few mismatches.
+void expect_close(const std::vector<float>& out, const std::vector<float>& lse,
+                  const std::vector<double>& ref_out, const std::vector<double>& ref_lse,
+                  int64_t D) {
+  int failures = 0;
+  for (size_t t = 0; t < ref_lse.size() && failures < 5; ++t) {
+    const double rl = ref_lse[t], gl = lse[t];
+    if (rl == -kInf) {
+      if (gl != -kInf) {
+        ADD_FAILURE() << "row " << t << ": lse " << gl << ", expected -inf";
+        ++failures;
+      }
+    } else if (!(std::abs(gl - rl) <= kRelTol * std::max(1.0, std::abs(rl)))) {
+      ADD_FAILURE() << "row " << t << ": lse " << gl << ", expected " << rl;
+      ++failures;
+    }
+    double norm = 0;
+    for (int64_t d = 0; d < D; ++d) norm = std::max(norm, std::abs(ref_out[t * D + d]));
+    for (int64_t d = 0; d < D; ++d) {
+      const double r = ref_out[t * D + d], g = out[t * D + d];
+      if (!(std::abs(g - r) <= kRelTol * norm)) {  // norm 0 demands an exact 0
+        ADD_FAILURE() << "row " << t << " dim " << d << ": out " << g << ", expected " << r;
+        ++failures;
+        break;
+      }
+    }
+  }
+}
+
+void check_flash(const Inputs& in) {
+  const int64_t Hq = in.shape.num_q_heads, D = in.shape.head_dim;
+  std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
+  flash_attention(in.q.data(), in.nq, in.q_pos0, in.k.data(), in.v.data(), in.nk, in.kv_pos0,
+                  in.shape, in.mask, in.scale, in.use_sinks ? in.sinks.data() : nullptr,
+                  out.data(), lse.data());
+  std::vector<double> ref_out, ref_lse;
+  reference(in, in.use_sinks, ref_out, ref_lse);
+  expect_close(out, lse, ref_out, ref_lse, D);
+}
+
+std::string describe(const Inputs& in) {
+  return "nq=" + std::to_string(in.nq) + " q_pos0=" + std::to_string(in.q_pos0) +
+         " nk=" + std::to_string(in.nk) + " kv_pos0=" + std::to_string(in.kv_pos0) +
+         " Hq=" + std::to_string(in.shape.num_q_heads) +
+         " Hkv=" + std::to_string(in.shape.num_kv_heads) +
+         " D=" + std::to_string(in.shape.head_dim) + " causal=" + std::to_string(in.mask.causal) +
+         " window=" + std::to_string(in.mask.window) + " scale=" + std::to_string(in.scale) +
+         " sinks=" + std::to_string(in.use_sinks);
+}
+
+const int64_t kSizes[] = {1, 2, 7, 33, 64, 65, 130, 257};
+const int64_t kDims[] = {16, 24, 64, 128};
+const AttentionShape kHeads[] = {{4, 4, 0}, {8, 2, 0}, {6, 1, 0}};
+const int64_t kWindows[] = {0, 1, 5, 128};
+
+// q block placed relative to the kv block: kv_pos0 - q_pos0 for the four placements
+// (q after, q overlapping the end, q before / kv ahead, kv entirely in the future).
+int64_t kv_offset(int which, int64_t nq, int64_t nk) {
+  switch (which) {
+    case 0: return -nk - 3;             // q strictly after all keys
+    case 1: return -(nk - nq / 2);      // overlapping: q starts inside the kv block
+    case 2: return nq / 3;              // kv starts inside the q block
+    default: return nq + 5;             // kv entirely in the future of every query
+  }
+}
+
+// Every (nq, nk) pair, the other options cycled so that all values and combinations recur.
+TEST(FlashAttention, ShapesSweep) {
+  std::mt19937 rng(1234);
+  int n = 0;
+  for (int64_t nq : kSizes)
+    for (int64_t nk : kSizes) {
+      AttentionShape shape = kHeads[n % 3];
+      shape.head_dim = kDims[(n / 3) % 4];
+      const AttentionMask mask{(n % 5) != 0, kWindows[(n / 2) % 4]};
+      const int64_t q_pos0 = 1000 + 17 * (n % 7);
+      const int64_t kv_pos0 = q_pos0 + kv_offset((n / 4) % 4, nq, nk);
+      const float scale = (n % 3 == 0) ? 1.0f : 1.0f / std::sqrt(float(shape.head_dim));
+      const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, mask, scale, n % 2);
+      SCOPED_TRACE(describe(in));
+      check_flash(in);
+      ++n;
+    }
+}
+
+// Self-attention (q_pos0 == kv_pos0, as on one rank), every mask, dim, head layout and sinks.
+TEST(FlashAttention, SelfAttentionMasks) {
+  std::mt19937 rng(99);
+  int n = 0;
+  for (bool causal : {true, false})
+    for (int64_t window : kWindows)
+      for (bool sinks : {false, true})
+        for (int64_t D : kDims) {
+          AttentionShape shape = kHeads[n % 3];
+          shape.head_dim = D;
+          const int64_t len = kSizes[4 + n % 4];  // 64, 65, 130, 257
+          const Inputs in = make_inputs(rng, len, 300, len, 300, shape, {causal, window},
+                                        0.125f, sinks);
+          SCOPED_TRACE(describe(in));
+          check_flash(in);
+          ++n;
+        }
+}
+
+// Query and kv blocks at every relative placement, including kv wholly in the future
+// (lse -inf and out 0 without sinks; lse = sink and out 0 with them).
+TEST(FlashAttention, Placements) {
+  std::mt19937 rng(7);
+  int n = 0;
+  for (int placement = 0; placement < 4; ++placement)
+    for (int64_t window : kWindows)
+      for (bool sinks : {false, true}) {
+        AttentionShape shape = kHeads[n % 3];
+        shape.head_dim = kDims[n % 4];
+        const int64_t nq = 130, nk = 65;
+        const Inputs in = make_inputs(rng, nq, 5000, nk, 5000 + kv_offset(placement, nq, nk),
+                                      shape, {true, window}, 0.3f, sinks);
+        SCOPED_TRACE(describe(in));
+        check_flash(in);
+        ++n;
+      }
+}
+
+TEST(FlashAttention, FutureKeysGiveEmptyRows) {
+  std::mt19937 rng(3);
+  const Inputs in = make_inputs(rng, 33, 0, 64, 33, {4, 2, 24}, {true, 0}, 0.2f, false);
+  std::vector<float> out(33 * 4 * 24, 1.0f), lse(33 * 4, 1.0f);
+  flash_attention(in.q.data(), in.nq, in.q_pos0, in.k.data(), in.v.data(), in.nk, in.kv_pos0,
+                  in.shape, in.mask, in.scale, nullptr, out.data(), lse.data());
+  for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
+  for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+// A longer causal sequence: many key blocks per query block and many query blocks.
+TEST(FlashAttention, LongCausal) {
+  std::mt19937 rng(11);
+  for (int64_t window : {int64_t{0}, int64_t{128}}) {
+    const Inputs in = make_inputs(rng, 1000, 0, 1000, 0, {2, 1, 64}, {true, window}, 0.125f,
+                                  window > 0);
+    SCOPED_TRACE(describe(in));
+    check_flash(in);
+  }
+}
+
+// Split the keys into 2-4 disjoint contiguous blocks (as ring attention receives them), attend
+// each without sinks, merge in a random order, apply the sinks once: equals whole attention.
+TEST(AttentionMerge, SplitKeysThenMergeAndSink) {
+  std::mt19937 rng(2024);
+  int n = 0;
+  for (int64_t nk : {int64_t{7}, int64_t{65}, int64_t{130}, int64_t{257}})
+    for (int64_t window : kWindows)
+      for (bool causal : {true, false}) {
+        AttentionShape shape = kHeads[n % 3];
+        shape.head_dim = kDims[n % 4];
+        const int64_t nq = kSizes[(n * 3) % 8];
+        const int64_t q_pos0 = 50 + nk / 2;  // overlaps the keys: some blocks are in the future
+        const Inputs in = make_inputs(rng, nq, q_pos0, nk, 50, shape, {causal, window}, 0.25f,
+                                      true);
+        SCOPED_TRACE(describe(in));
+        const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads, D = shape.head_dim;
+
+        // Random cut points -> blocks [cuts[b], cuts[b+1]).
+        const int nblocks = 2 + n % 3;
+        std::vector<int64_t> cuts{0, nk};
+        std::uniform_int_distribution<int64_t> cut(1, std::max<int64_t>(1, nk - 1));
+        while (static_cast<int>(cuts.size()) < nblocks + 1 && nk > nblocks) {
+          const int64_t c = cut(rng);
+          if (std::find(cuts.begin(), cuts.end(), c) == cuts.end()) cuts.push_back(c);
+        }
+        std::sort(cuts.begin(), cuts.end());
+        std::vector<int> order(cuts.size() - 1);
+        std::iota(order.begin(), order.end(), 0);
+        std::shuffle(order.begin(), order.end(), rng);
+
+        std::vector<float> out(nq * Hq * D), lse(nq * Hq), ob(out.size()), lb(lse.size());
+        bool first = true;
+        for (int b : order) {
+          const int64_t j0 = cuts[b], nkb = cuts[b + 1] - cuts[b];
+          float* o = first ? out.data() : ob.data();
+          float* l = first ? lse.data() : lb.data();
+          flash_attention(in.q.data(), nq, q_pos0, in.k.data() + j0 * Hkv * D,
+                          in.v.data() + j0 * Hkv * D, nkb, 50 + j0, shape, in.mask, in.scale,
+                          nullptr, o, l);
+          if (!first) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), nq, Hq, D);
+          first = false;
+        }
+        attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), nq, Hq, D);
+
+        std::vector<double> ref_out, ref_lse;
+        reference(in, true, ref_out, ref_lse);
+        expect_close(out, lse, ref_out, ref_lse, D);
+        ++n;
+      }
+}
+
+TEST(AttentionMerge, EmptyRows) {
+  // a empty, b non-empty -> b; both empty -> stays empty; sinks on empty -> lse = sink, out 0.
+  const float ninf = -std::numeric_limits<float>::infinity();
+  std::vector<float> oa{0, 0, 0, 0}, la{ninf, ninf}, obv{1, 2, 0, 0}, lbv{0.5f, ninf};
+  attention_merge(oa.data(), la.data(), obv.data(), lbv.data(), 2, 1, 2);
+  EXPECT_EQ(oa, (std::vector<float>{1, 2, 0, 0}));
+  EXPECT_EQ(la[0], 0.5f);
+  EXPECT_EQ(la[1], ninf);
+  const float sink = 0.5f;
+  attention_apply_sinks(oa.data(), la.data(), &sink, 2, 1, 2);
+  EXPECT_NEAR(la[0], 0.5 + std::log(2.0), 1e-6);
+  EXPECT_NEAR(oa[0], 0.5, 1e-6);
+  EXPECT_NEAR(oa[1], 1.0, 1e-6);
+  EXPECT_EQ(la[1], sink);
+  EXPECT_EQ(oa[2], 0.0f);
+  EXPECT_EQ(oa[3], 0.0f);
+}
+
+TEST(AttentionFlops, MatchesBruteForceCount) {
+  for (int64_t nq : {1, 7, 64, 130})
+    for (int64_t nk : {1, 33, 257})
+      for (int placement = 0; placement < 4; ++placement)
+        for (int64_t window : kWindows)
+          for (bool causal : {true, false}) {
+            const AttentionShape shape{6, 2, 24};
+            const AttentionMask mask{causal, window};
+            const int64_t q_pos0 = 400, kv_pos0 = q_pos0 + kv_offset(placement, nq, nk);
+            int64_t pairs = 0;
+            for (int64_t i = 0; i < nq; ++i)
+              for (int64_t j = 0; j < nk; ++j) pairs += visible(q_pos0 + i, kv_pos0 + j, mask);
+            EXPECT_EQ(attention_flops(nq, q_pos0, nk, kv_pos0, shape, mask),
+                      4.0 * 24 * 6 * static_cast<double>(pairs))
+                << "nq=" << nq << " nk=" << nk << " placement=" << placement
+                << " window=" << window << " causal=" << causal;
+          }
+  // Closed form for full causal self-attention: n(n+1)/2 pairs.
+  EXPECT_EQ(attention_flops(16384, 0, 16384, 0, {4, 1, 64}, {true, 0}),
+            4.0 * 64 * 4 * (16384.0 * 16385.0 / 2));
+}
+
+}  // namespace
+}  // namespace slope::kernels
