@@ -1,0 +1,57 @@
+#include "slope/parallel/block_attention.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "slope/core/sys.h"
+#include "slope/kernels/attention_merge.h"
+
+namespace slope::parallel {
+
+using model::Segment;
+
+bool any_visible(const kernels::AttentionMask& mask, Segment q_seg, Segment kv_seg) {
+  if (q_seg.length == 0 || kv_seg.length == 0) return false;
+  if (mask.causal && kv_seg.start > q_seg.end() - 1) return false;  // all keys in the future
+  if (mask.window > 0 && kv_seg.end() - 1 <= q_seg.start - mask.window) return false;  // too old
+  return true;
+}
+
+void reset_attention_state(float* out, float* lse, int64_t n, int64_t H, int64_t D) {
+  std::fill(out, out + n * H * D, 0.f);
+  std::fill(lse, lse + n * H, -std::numeric_limits<float>::infinity());
+}
+
+bool BlockAttention::accumulate(const model::LayerAttention& spec, const float* q, Segment q_seg,
+                                const float* k, const float* v,
+                                const std::vector<Segment>& kv_segments, float* acc_out,
+                                float* acc_lse, const std::function<void()>& progress,
+                                CpStats& stats) {
+  bool any = false;
+  for (const Segment& s : kv_segments) any = any || any_visible(spec.mask, q_seg, s);
+  if (!any) return false;
+
+  const int64_t Hq = spec.shape.num_q_heads, D = spec.shape.head_dim;
+  // Without a transfer to drive, one call over all rows is best for the kernel.
+  const int64_t step = slice_rows_ > 0 && progress ? slice_rows_ : std::max<int64_t>(q_seg.length, 1);
+  part_out_.resize(size_t(std::min(step, q_seg.length) * Hq * D));
+  part_lse_.resize(size_t(std::min(step, q_seg.length) * Hq));
+  for (int64_t r0 = 0; r0 < q_seg.length; r0 += step) {
+    const int64_t n = std::min(step, q_seg.length - r0);
+    const Segment slice{q_seg.start + r0, n};
+    bool visible = false;
+    for (const Segment& s : kv_segments) visible = visible || any_visible(spec.mask, slice, s);
+    if (visible) {
+      const double t0 = now_seconds();
+      model::attend_segments(spec, q + r0 * Hq * D, slice, k, v, kv_segments, part_out_.data(),
+                             part_lse_.data());
+      kernels::attention_merge(acc_out + r0 * Hq * D, acc_lse + r0 * Hq, part_out_.data(),
+                               part_lse_.data(), n, Hq, D);
+      stats.compute_seconds += now_seconds() - t0;
+    }
+    if (progress) progress();
+  }
+  return true;
+}
+
+}  // namespace slope::parallel

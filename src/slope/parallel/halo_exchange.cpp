@@ -1,0 +1,169 @@
+#include "slope/parallel/halo_exchange.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "slope/core/error.h"
+#include "slope/core/sys.h"
+
+namespace slope::parallel {
+
+using model::Segment;
+using model::SequenceShard;
+
+namespace {
+
+// Sorts and merges overlapping or touching intervals.
+std::vector<Segment> normalise(std::vector<Segment> v) {
+  std::sort(v.begin(), v.end(), [](const Segment& a, const Segment& b) { return a.start < b.start; });
+  std::vector<Segment> out;
+  for (const Segment& s : v) {
+    if (s.length <= 0) continue;
+    if (!out.empty() && s.start <= out.back().end())
+      out.back().length = std::max(out.back().end(), s.end()) - out.back().start;
+    else
+      out.push_back(s);
+  }
+  return out;
+}
+
+// Parts of the (sorted, disjoint) intervals `a` that lie inside segment b, in position order.
+void intersect_into(const std::vector<Segment>& a, Segment b, std::vector<Segment>& out) {
+  for (const Segment& s : a) {
+    const int64_t lo = std::max(s.start, b.start), hi = std::min(s.end(), b.end());
+    if (lo < hi) out.push_back({lo, hi - lo});
+  }
+}
+
+// a minus b, both sorted and disjoint.
+std::vector<Segment> subtract(const std::vector<Segment>& a, const std::vector<Segment>& b) {
+  std::vector<Segment> out;
+  for (Segment s : a) {
+    int64_t cur = s.start;
+    for (const Segment& h : b) {
+      if (h.end() <= cur || h.start >= s.end()) continue;
+      if (h.start > cur) out.push_back({cur, h.start - cur});
+      cur = std::max(cur, h.end());
+    }
+    if (cur < s.end()) out.push_back({cur, s.end() - cur});
+  }
+  return out;
+}
+
+// Rows of `need` that `holder` has, as global segments in position order.
+std::vector<Segment> held_part(const std::vector<Segment>& need, const SequenceShard& holder) {
+  std::vector<Segment> out;
+  for (const Segment& b : normalise(holder.segments)) intersect_into(need, b, out);
+  return out;
+}
+
+int64_t total_length(const std::vector<Segment>& v) {
+  int64_t n = 0;
+  for (const Segment& s : v) n += s.length;
+  return n;
+}
+
+}  // namespace
+
+std::vector<Segment> halo_needed(const SequenceShard& shard, int64_t window) {
+  std::vector<Segment> need;
+  for (const Segment& s : shard.segments) {
+    if (s.length <= 0) continue;
+    const int64_t lo = std::max<int64_t>(0, s.start - (window - 1));
+    need.push_back({lo, s.start - lo});
+  }
+  return subtract(normalise(need), normalise(shard.segments));
+}
+
+void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<SequenceShard>& shards,
+                          const float* q, const float* k, const float* v, float* out, float* lse,
+                          CpStats& stats) {
+  SLOPE_CHECK(spec.mask.window > 0, "halo exchange needs a sliding window");
+  SLOPE_CHECK(int(shards.size()) == comm_.size(), "halo exchange: ", shards.size(),
+              " shards for ", comm_.size(), " ranks");
+  const int P = comm_.size(), me = comm_.rank();
+  const int64_t Hq = spec.shape.num_q_heads, Hkv = spec.shape.num_kv_heads, D = spec.shape.head_dim;
+  const int64_t row_elems = Hkv * D;
+  const SequenceShard& mine = shards[me];
+  const double posted = now_seconds();
+  double t0 = posted;
+
+  // Receives: from each holder, the rows of my need that it has, K then V (two messages; MPI
+  // keeps their order). The halo buffer is the holders' parts one after another.
+  const std::vector<Segment> need = halo_needed(mine, spec.mask.window);
+  std::vector<Segment> halo_segments;
+  std::vector<Request> reqs;
+  std::vector<std::pair<int, std::vector<Segment>>> from;
+  int64_t halo_rows = 0;
+  for (int j = 0; j < P; ++j) {
+    if (j == me || need.empty()) continue;
+    std::vector<Segment> part = held_part(need, shards[j]);
+    if (part.empty()) continue;
+    halo_rows += total_length(part);
+    from.emplace_back(j, std::move(part));
+  }
+  halo_k_.resize(size_t(halo_rows * row_elems));
+  halo_v_.resize(size_t(halo_rows * row_elems));
+  int64_t row = 0;
+  for (auto& [j, part] : from) {
+    const int64_t n = total_length(part);
+    reqs.push_back(comm_.irecv(halo_k_.data() + row * row_elems, size_t(n * row_elems), j, Tag::Halo));
+    reqs.push_back(comm_.irecv(halo_v_.data() + row * row_elems, size_t(n * row_elems), j, Tag::Halo));
+    halo_segments.insert(halo_segments.end(), part.begin(), part.end());
+    row += n;
+  }
+
+  // Sends: for every other rank, the rows of its need that I hold, packed [K rows | V rows].
+  send_.resize(P);
+  for (int j = 0; j < P; ++j) {
+    if (j == me) continue;
+    const std::vector<Segment> part = held_part(halo_needed(shards[j], spec.mask.window), mine);
+    if (part.empty()) continue;
+    const int64_t n = total_length(part);
+    std::vector<float>& buf = send_[j];
+    buf.resize(size_t(2 * n * row_elems));
+    int64_t r = 0;
+    for (const Segment& s : part) {
+      const int64_t li = mine.local_index(s.start);  // rows of one held segment are contiguous
+      std::memcpy(buf.data() + r * row_elems, k + li * row_elems, size_t(s.length * row_elems) * sizeof(float));
+      std::memcpy(buf.data() + (n + r) * row_elems, v + li * row_elems,
+                  size_t(s.length * row_elems) * sizeof(float));
+      r += s.length;
+    }
+    reqs.push_back(comm_.isend(buf.data(), size_t(n * row_elems), j, Tag::Halo));
+    reqs.push_back(comm_.isend(buf.data() + n * row_elems, size_t(n * row_elems), j, Tag::Halo));
+  }
+  stats.compute_seconds += now_seconds() - t0;
+
+  // Own keys while the halo travels.
+  double completed = 0;
+  auto progress = [&] {
+    if (!reqs.empty() && completed == 0 && test_all(reqs)) completed = now_seconds();
+  };
+  reset_attention_state(out, lse, mine.local_tokens(), Hq, D);
+  row = 0;
+  for (const Segment& qs : mine.segments) {
+    block_.accumulate(spec, q + row * Hq * D, qs, k, v, mine.segments, out + row * Hq * D,
+                      lse + row * Hq, progress, stats);
+    row += qs.length;
+  }
+  if (!reqs.empty()) {
+    if (completed == 0) {
+      wait_all(reqs);
+      completed = now_seconds();
+    }
+    stats.comm_seconds += completed - posted;
+  }
+
+  // The halo block.
+  if (halo_rows > 0) {
+    row = 0;
+    for (const Segment& qs : mine.segments) {
+      block_.accumulate(spec, q + row * Hq * D, qs, halo_k_.data(), halo_v_.data(), halo_segments,
+                        out + row * Hq * D, lse + row * Hq, nullptr, stats);
+      row += qs.length;
+    }
+  }
+}
+
+}  // namespace slope::parallel

@@ -1,0 +1,75 @@
+#include "slope/parallel/ring_attention.h"
+
+#include <algorithm>
+
+#include "slope/core/sys.h"
+
+namespace slope::parallel {
+
+void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout& layout,
+                           const float* q, const float* k, const float* v, float* out, float* lse,
+                           CpStats& stats) {
+  const int R = ring_.size(), r = ring_.rank();
+  const int64_t Hq = spec.shape.num_q_heads, Hkv = spec.shape.num_kv_heads, D = spec.shape.head_dim;
+  const SequenceShard mine = layout.ring_shard(r);
+  reset_attention_state(out, lse, mine.local_tokens(), Hq, D);
+
+  std::vector<SequenceShard> blocks;  // every ring rank's K/V block (its ring shard)
+  int64_t max_rows = 0;
+  for (int s = 0; s < R; ++s) {
+    blocks.push_back(layout.ring_shard(s));
+    max_rows = std::max(max_rows, blocks.back().local_tokens());
+  }
+  const int64_t row_elems = Hkv * D;
+  if (R > 1)
+    for (auto& b : buf_) b.resize(size_t(2 * max_rows * row_elems));
+
+  const int next = (r + 1) % R, prev = (r - 1 + R) % R;
+  const float* kp = k;  // the block held at this step: [rows, Hkv, D] each
+  const float* vp = v;
+  for (int t = 0; t < R; ++t) {
+    const int src = (r - t + R) % R;  // owner of the block held at step t
+    std::vector<Request> reqs;
+    int64_t n_recv = 0;
+    float* next_buf = nullptr;
+    const double posted = now_seconds();
+    double completed = 0;
+    if (t < R - 1) {
+      // Pass the held block on and fetch the one the previous rank holds now. The receive
+      // buffer is the other half of the double buffer, free since the last step's waits.
+      const int64_t n_send = blocks[src].local_tokens() * row_elems;
+      n_recv = blocks[(src - 1 + R) % R].local_tokens() * row_elems;
+      next_buf = buf_[(t + 1) % 2].data();
+      reqs.push_back(ring_.irecv(next_buf, size_t(n_recv), prev, Tag::RingKV));
+      reqs.push_back(ring_.irecv(next_buf + n_recv, size_t(n_recv), prev, Tag::RingKV));
+      reqs.push_back(ring_.isend(kp, size_t(n_send), next, Tag::RingKV));
+      reqs.push_back(ring_.isend(vp, size_t(n_send), next, Tag::RingKV));
+    }
+    auto progress = [&] {
+      if (!reqs.empty() && completed == 0 && test_all(reqs)) completed = now_seconds();
+    };
+
+    const std::function<void()> poll = reqs.empty() ? std::function<void()>() : progress;
+    bool computed = false;
+    int64_t row = 0;
+    for (const Segment& qs : mine.segments) {
+      computed |= block_.accumulate(spec, q + row * Hq * D, qs, kp, vp, blocks[src].segments,
+                                    out + row * Hq * D, lse + row * Hq, poll, stats);
+      row += qs.length;
+    }
+    if (!computed) ++stats.blocks_skipped;
+    ++stats.ring_steps;
+
+    if (!reqs.empty()) {
+      if (completed == 0) {
+        wait_all(reqs);  // the exposed part: counted in the communicator's wait_seconds
+        completed = now_seconds();
+      }
+      stats.comm_seconds += completed - posted;
+      kp = next_buf;
+      vp = next_buf + n_recv;
+    }
+  }
+}
+
+}  // namespace slope::parallel

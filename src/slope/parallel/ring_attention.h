@@ -1,0 +1,37 @@
+// Ring attention (pass-KV) over the ring communicator, for full-attention layers.
+//
+// Ring rank r keeps its queries; the K/V blocks travel: at step t = 0..R-1 it holds the block
+// of ring rank (r - t) mod R, sends it on to r+1 and receives the next from r-1 (double
+// buffered, non-blocking), and meanwhile computes attention of its queries against the block
+// it holds. Blocks that no query can see (entirely above the causal diagonal) are skipped but
+// still forwarded. With the zigzag layout (shard.h) every rank skips about the same work.
+// Partial results merge by LSE (block_attention.h); the caller applies sinks once after.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "slope/parallel/block_attention.h"
+#include "slope/parallel/comm.h"
+#include "slope/parallel/shard.h"
+
+namespace slope::parallel {
+
+class RingAttention {
+ public:
+  // ring: size R, ranks ordered by ring rank. slice_rows: query rows between progress polls.
+  RingAttention(Communicator& ring, int64_t slice_rows) : ring_(ring), block_(slice_rows) {}
+
+  // spec: the heads this rank computes (after Ulysses, its slice).
+  // q [rows, Hq, D], k/v [rows, Hkv, D]: the rows of layout.ring_shard(my ring rank).
+  // out [rows, Hq, D], lse [rows, Hq]: attention over all keys of the prompt, without sinks.
+  void attend(const model::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
+              const float* k, const float* v, float* out, float* lse, CpStats& stats);
+
+ private:
+  Communicator& ring_;
+  BlockAttention block_;
+  std::vector<float> buf_[2];  // [K rows·Hkv·D | V rows·Hkv·D] of the block in flight
+};
+
+}  // namespace slope::parallel

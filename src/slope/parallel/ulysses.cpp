@@ -1,0 +1,155 @@
+#include "slope/parallel/ulysses.h"
+
+#include <cstring>
+
+#include "slope/core/error.h"
+#include "slope/core/sys.h"
+
+namespace slope::parallel {
+
+HeadSlice ulysses_heads(int u, int U, int64_t num_q_heads, int64_t num_kv_heads) {
+  SLOPE_CHECK(num_q_heads % U == 0, "Ulysses degree ", U, " does not divide ", num_q_heads,
+              " query heads");
+  const int64_t per = num_q_heads / U, group = num_q_heads / num_kv_heads;
+  HeadSlice h;
+  h.q0 = u * per;
+  h.nq = per;
+  h.kv0 = h.q0 / group;
+  h.nkv = (h.q0 + per - 1) / group + 1 - h.kv0;
+  return h;
+}
+
+UlyssesExchange::UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
+                                 const kernels::AttentionShape& shape)
+    : comm_(comm), layout_(layout), ring_rank_(ring_rank), shape_(shape) {
+  const int U = comm.size();
+  SLOPE_CHECK(U == layout.shape().ulysses, "Ulysses group of ", U, " ranks for a mesh with U=",
+              layout.shape().ulysses);
+  const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
+  SLOPE_CHECK(Hq % U == 0 && (Hkv % U == 0 || U % Hkv == 0), "--ulysses ", U,
+              " cannot split ", Hq, " query / ", Hkv, " KV heads; valid --ulysses: ",
+              [&] {
+                std::string s;
+                for (int x : valid_ulysses_degrees(Hq, Hkv)) s += (s.empty() ? "" : ", ") + std::to_string(x);
+                return s;
+              }());
+  rows_.assign(U, 0);
+  for (int j = 0; j < U; ++j) {
+    heads_.push_back(ulysses_heads(j, U, Hq, Hkv));
+    for (int s = 0; s < int(layout.ring_segments(ring_rank).size()); ++s)
+      rows_[j] += layout.piece(ring_rank, s, j).length;
+    group_rows_ += rows_[j];
+  }
+}
+
+int64_t UlyssesExchange::group_row(int s, int j) const {
+  int64_t row = 0;
+  for (int s2 = 0; s2 < s; ++s2) row += layout_.ring_segments(ring_rank_)[s2].length;
+  for (int j2 = 0; j2 < j; ++j2) row += layout_.piece(ring_rank_, s, j2).length;
+  return row;
+}
+
+void UlyssesExchange::scatter_heads(const float* q, const float* k, const float* v,
+                                    std::vector<float>& q_g, std::vector<float>& k_g,
+                                    std::vector<float>& v_g, CpStats& stats) {
+  const int U = comm_.size(), me = comm_.rank();
+  const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads;
+  const int64_t my_rows = rows_[me];
+  const HeadSlice& mine = heads_[me];
+  double t0 = now_seconds();
+
+  // Send block for rank j: [my_rows, nq_j, D] q | [my_rows, nkv_j, D] k | same for v.
+  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
+  int64_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < U; ++j) {
+    sc[j] = my_rows * (heads_[j].nq + 2 * heads_[j].nkv) * D;
+    sd[j] = stotal;
+    stotal += sc[j];
+    rc[j] = rows_[j] * (mine.nq + 2 * mine.nkv) * D;
+    rd[j] = rtotal;
+    rtotal += rc[j];
+  }
+  send_.resize(size_t(stotal));
+  recv_.resize(size_t(rtotal));
+  for (int j = 0; j < U; ++j) {
+    const HeadSlice& h = heads_[j];
+    float* dst = send_.data() + sd[j];
+    for (int64_t i = 0; i < my_rows; ++i, dst += h.nq * D)
+      std::memcpy(dst, q + (i * Hq + h.q0) * D, size_t(h.nq * D) * sizeof(float));
+    for (const float* src : {k, v})
+      for (int64_t i = 0; i < my_rows; ++i, dst += h.nkv * D)
+        std::memcpy(dst, src + (i * Hkv + h.kv0) * D, size_t(h.nkv * D) * sizeof(float));
+  }
+  stats.compute_seconds += now_seconds() - t0;
+
+  t0 = now_seconds();
+  comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
+  stats.comm_seconds += now_seconds() - t0;
+
+  // Unpack: rank j's rows are its piece of ring segment 0, then of segment 1.
+  t0 = now_seconds();
+  q_g.resize(size_t(group_rows_ * mine.nq * D));
+  k_g.resize(size_t(group_rows_ * mine.nkv * D));
+  v_g.resize(size_t(group_rows_ * mine.nkv * D));
+  for (int j = 0; j < U; ++j) {
+    const float* src = recv_.data() + rd[j];
+    const int64_t qn = rows_[j] * mine.nq * D, kn = rows_[j] * mine.nkv * D;
+    int64_t i0 = 0;  // row within rank j's buffer
+    for (int s = 0; s < int(layout_.ring_segments(ring_rank_).size()); ++s) {
+      const int64_t len = layout_.piece(ring_rank_, s, j).length, g = group_row(s, j);
+      std::memcpy(q_g.data() + g * mine.nq * D, src + i0 * mine.nq * D,
+                  size_t(len * mine.nq * D) * sizeof(float));
+      std::memcpy(k_g.data() + g * mine.nkv * D, src + qn + i0 * mine.nkv * D,
+                  size_t(len * mine.nkv * D) * sizeof(float));
+      std::memcpy(v_g.data() + g * mine.nkv * D, src + qn + kn + i0 * mine.nkv * D,
+                  size_t(len * mine.nkv * D) * sizeof(float));
+      i0 += len;
+    }
+  }
+  stats.compute_seconds += now_seconds() - t0;
+}
+
+void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stats) {
+  const int U = comm_.size(), me = comm_.rank();
+  const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads;
+  const HeadSlice& mine = heads_[me];
+  double t0 = now_seconds();
+
+  // To rank j: its rows (its pieces, in its buffer order) of my heads: [rows_j, nq, D].
+  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
+  int64_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < U; ++j) {
+    sc[j] = rows_[j] * mine.nq * D;
+    sd[j] = stotal;
+    stotal += sc[j];
+    rc[j] = rows_[me] * heads_[j].nq * D;
+    rd[j] = rtotal;
+    rtotal += rc[j];
+  }
+  send_.resize(size_t(stotal));
+  recv_.resize(size_t(rtotal));
+  for (int j = 0; j < U; ++j) {
+    float* dst = send_.data() + sd[j];
+    for (int s = 0; s < int(layout_.ring_segments(ring_rank_).size()); ++s) {
+      const int64_t len = layout_.piece(ring_rank_, s, j).length, g = group_row(s, j);
+      std::memcpy(dst, out_g + g * mine.nq * D, size_t(len * mine.nq * D) * sizeof(float));
+      dst += len * mine.nq * D;
+    }
+  }
+  stats.compute_seconds += now_seconds() - t0;
+
+  t0 = now_seconds();
+  comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
+  stats.comm_seconds += now_seconds() - t0;
+
+  t0 = now_seconds();
+  for (int j = 0; j < U; ++j) {
+    const HeadSlice& h = heads_[j];
+    const float* src = recv_.data() + rd[j];
+    for (int64_t i = 0; i < rows_[me]; ++i, src += h.nq * D)
+      std::memcpy(out + (i * Hq + h.q0) * D, src, size_t(h.nq * D) * sizeof(float));
+  }
+  stats.compute_seconds += now_seconds() - t0;
+}
+
+}  // namespace slope::parallel

@@ -1,0 +1,61 @@
+// Ulysses all-to-all: "my tokens, all heads" <-> "my group's tokens, my heads".
+//
+// Heads: Ulysses rank u of U owns query heads [u·Hq/U, (u+1)·Hq/U). With GQA (query head h
+// reads KV head ⌊h / G⌋, G = Hq/Hkv) it receives exactly the KV heads those need:
+//   [⌊u·(Hq/U) / G⌋, ⌊((u+1)·(Hq/U) - 1) / G⌋ + 1).
+// When U <= Hkv (U | Hkv) that is Hkv/U heads; when U > Hkv (Hkv | U) it is one KV head, the
+// same one on U/Hkv ranks (replication: each of those ranks receives it, no rank receives a
+// head it doesn't read). Either way local query head h' maps to local KV head ⌊h'/G'⌋ with
+// G' = (Hq/U)/(local KV heads), so the kernel's GQA rule still holds on the local slice.
+//
+// Tokens: the group's tokens are the ring shard (zigzag, shard.h); after the exchange they are
+// in ring-shard order, i.e. for each ring segment, the pieces of Ulysses ranks 0..U-1.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "slope/parallel/block_attention.h"
+#include "slope/parallel/comm.h"
+#include "slope/parallel/shard.h"
+
+namespace slope::parallel {
+
+struct HeadSlice {
+  int64_t q0 = 0, nq = 0;    // query heads [q0, q0 + nq)
+  int64_t kv0 = 0, nkv = 0;  // KV heads [kv0, kv0 + nkv)
+};
+HeadSlice ulysses_heads(int u, int U, int64_t num_q_heads, int64_t num_kv_heads);
+
+class UlyssesExchange {
+ public:
+  // comm: the Ulysses group (size U, rank u); layout: the zigzag layout of this prompt;
+  // ring_rank: the group's ring rank.
+  UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
+                  const kernels::AttentionShape& shape);
+
+  const HeadSlice& my_heads() const { return heads_[comm_.rank()]; }
+  int64_t group_rows() const { return group_rows_; }
+
+  // q [my_rows, Hq, D], k/v [my_rows, Hkv, D] ->
+  // q_g [group_rows, nq, D], k_g/v_g [group_rows, nkv, D] (resized).
+  void scatter_heads(const float* q, const float* k, const float* v, std::vector<float>& q_g,
+                     std::vector<float>& k_g, std::vector<float>& v_g, CpStats& stats);
+  // out_g [group_rows, nq, D] -> out [my_rows, Hq, D].
+  void gather_heads(const float* out_g, float* out, CpStats& stats);
+
+ private:
+  // First row (in group / ring-shard order) of rank j's rows within ring segment s.
+  int64_t group_row(int s, int j) const;
+
+  Communicator& comm_;
+  const ZigzagLayout& layout_;
+  int ring_rank_;
+  kernels::AttentionShape shape_;
+  std::vector<HeadSlice> heads_;
+  std::vector<int64_t> rows_;  // rows held by each Ulysses rank
+  int64_t group_rows_ = 0;
+  std::vector<float> send_, recv_;
+};
+
+}  // namespace slope::parallel
