@@ -86,6 +86,20 @@ RowFinal finish_row(double m2, double l, const float* sinks, int64_t h) {
   return {static_cast<float>(lse), static_cast<float>(factor / l)};
 }
 
+// flash_attention's arguments. q: [nq, Hq, D], k/v: [nk, Hkv, D], out: [nq, Hq, D], lse: [nq, Hq].
+struct Problem {
+  const float* q;
+  const float* k;
+  const float* v;
+  int64_t nq, q_pos0, nk, kv_pos0;
+  int64_t Hq, Hkv, D;
+  AttentionMask mask;
+  float scale;
+  const float* sinks;
+  float* out;
+  float* lse;
+};
+
 #if defined(__AVX512F__)
 
 constexpr int kQV = 4;         // zmm vectors of queries per block
@@ -94,7 +108,7 @@ constexpr int kBk = 64;        // keys per K/V block
 constexpr int kNB = 6;         // keys (QK) or head dims (PV) broadcast per micro-kernel step:
                                // kQV·kNB = 24 zmm accumulators
 
-// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. 4×NB zmm accumulators.
+// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. kQV×NB zmm accumulators.
 template <int NB>
 inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D, float* st) {
   __m512 acc[NB][kQV];
@@ -174,19 +188,6 @@ struct Scratch {
   Buf st;  // [kBk][kBq] scores, then probabilities
 };
 
-struct Problem {
-  const float* q;
-  const float* k;
-  const float* v;
-  int64_t nq, q_pos0, nk, kv_pos0;
-  int64_t Hq, Hkv, D;
-  AttentionMask mask;
-  float scale;
-  const float* sinks;
-  float* out;
-  float* lse;
-};
-
 // One (head, query block) work unit.
 void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
   const int64_t D = pb.D;
@@ -253,23 +254,30 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
       }
     }
 
-    // Online softmax update, all vertical over the query lanes.
+    // Online softmax update, vertical over the query lanes; key-outer loops keep kQV
+    // independent max/sum chains in flight.
+    __m512 mx[kQV], muse[kQV], sum[kQV];
+    for (int v = 0; v < kQV; ++v) mx[v] = m[v];
+    for (int j = 0; j < nkeys; ++j)
+      for (int v = 0; v < kQV; ++v)
+        mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * kBq + 16 * v));
     for (int v = 0; v < kQV; ++v) {
-      __m512 mx = m[v];
-      for (int j = 0; j < nkeys; ++j) mx = _mm512_max_ps(mx, _mm512_load_ps(st + j * kBq + 16 * v));
       // Subtract 0 for rows that still see nothing, so their 2^(s - m) is 2^-inf = 0, not NaN.
-      const __m512 muse = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx, neg_inf, _CMP_EQ_OQ), mx,
-                                               _mm512_setzero_ps());
-      alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse));
-      __m512 sum = _mm512_setzero_ps();
-      for (int j = 0; j < nkeys; ++j) {
+      muse[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], neg_inf, _CMP_EQ_OQ), mx[v],
+                                     _mm512_setzero_ps());
+      alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse[v]));
+      sum[v] = _mm512_setzero_ps();
+    }
+    for (int j = 0; j < nkeys; ++j)
+      for (int v = 0; v < kQV; ++v) {
         float* p = st + j * kBq + 16 * v;
-        const __m512 e = cpu::exp2_ps(_mm512_sub_ps(_mm512_load_ps(p), muse));
+        const __m512 e = cpu::exp2_ps(_mm512_sub_ps(_mm512_load_ps(p), muse[v]));
         _mm512_store_ps(p, e);
-        sum = _mm512_add_ps(sum, e);
+        sum[v] = _mm512_add_ps(sum[v], e);
       }
-      l[v] = _mm512_fmadd_ps(l[v], alpha[v], sum);
-      m[v] = mx;
+    for (int v = 0; v < kQV; ++v) {
+      l[v] = _mm512_fmadd_ps(l[v], alpha[v], sum[v]);
+      m[v] = mx[v];
     }
 
     // Ot = α·Ot + Vᵀ·P.
@@ -309,19 +317,6 @@ void run(const Problem& pb) {
 }
 
 #else  // portable fallback: one (row, head) at a time, two passes over the visible keys
-
-struct Problem {
-  const float* q;
-  const float* k;
-  const float* v;
-  int64_t nq, q_pos0, nk, kv_pos0;
-  int64_t Hq, Hkv, D;
-  AttentionMask mask;
-  float scale;
-  const float* sinks;
-  float* out;
-  float* lse;
-};
 
 void run(const Problem& pb) {
   const int64_t D = pb.D, group = pb.Hq / pb.Hkv;
