@@ -44,8 +44,8 @@ CommStats snapshot(const Mesh& mesh) {
 ContextParallelAttention::ContextParallelAttention(Mesh& mesh, CpOptions options)
     : mesh_(mesh),
       options_(options),
-      ring_(mesh.ring_comm(), options.progress_rows),
-      halo_(mesh.world(), options.progress_rows) {}
+      ring_(mesh.ring_comm(), options.progress_rows, options.progress_tests),
+      halo_(mesh.world(), options.progress_rows, options.progress_tests) {}
 
 const ZigzagLayout& ContextParallelAttention::layout(int64_t num_tokens) {
   if (!layout_ || layout_->num_tokens() != num_tokens) {

@@ -35,6 +35,10 @@ struct CpOptions {
   // Query rows per attention call between MPI progress polls (MPI_Test) while K/V blocks are
   // in flight. Smaller: transfers advance more often; larger: fewer, bigger kernel calls.
   int64_t progress_rows = 64;
+  // MPI_Test calls per poll. A transfer split into fragments (shared memory without CMA, TCP)
+  // moves a few fragments per call, so one call per slice can leave most of it for the final
+  // wait; a short burst keeps it moving. With CMA single-copy one call finishes the transfer.
+  int progress_tests = 16;
 };
 
 class ContextParallelAttention : public model::AttentionRunner {

@@ -138,7 +138,8 @@ void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<S
   // Own keys while the halo travels.
   double completed = 0;
   auto progress = [&] {
-    if (!reqs.empty() && completed == 0 && test_all(reqs)) completed = now_seconds();
+    for (int i = 0; i < progress_tests_ && !reqs.empty() && completed == 0; ++i)
+        if (test_all(reqs)) completed = now_seconds();
   };
   reset_attention_state(out, lse, mine.local_tokens(), Hq, D);
   row = 0;

@@ -25,7 +25,8 @@ std::vector<model::Segment> halo_needed(const model::SequenceShard& shard, int64
 
 class HaloExchange {
  public:
-  HaloExchange(Communicator& comm, int64_t slice_rows) : comm_(comm), block_(slice_rows) {}
+  HaloExchange(Communicator& comm, int64_t slice_rows, int progress_tests = 16)
+      : comm_(comm), block_(slice_rows), progress_tests_(progress_tests) {}
 
   // shards: every rank's tokens, indexed by rank in `comm`. q [rows, Hq, D], k/v [rows, Hkv, D]:
   // this rank's rows (shards[comm.rank()]). out [rows, Hq, D], lse [rows, Hq]: attention over
@@ -37,6 +38,7 @@ class HaloExchange {
  private:
   Communicator& comm_;
   BlockAttention block_;
+  int progress_tests_;
   std::vector<float> halo_k_, halo_v_;
   std::vector<std::vector<float>> send_;
 };

@@ -46,7 +46,8 @@ void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout
       reqs.push_back(ring_.isend(vp, size_t(n_send), next, Tag::RingKV));
     }
     auto progress = [&] {
-      if (!reqs.empty() && completed == 0 && test_all(reqs)) completed = now_seconds();
+      for (int i = 0; i < progress_tests_ && !reqs.empty() && completed == 0; ++i)
+        if (test_all(reqs)) completed = now_seconds();
     };
 
     const std::function<void()> poll = reqs.empty() ? std::function<void()>() : progress;
