@@ -2,6 +2,9 @@
 // full layers alternating, YaRN RoPE, and a top-k MoE whose experts use the clamped SwiGLU on
 // interleaved gate/up columns. Expert weights are bf16/f32 tensors stored [E, in, out], or MXFP4
 // blocks/scales stored [E, out, in/32, 16] that are decoded once at load.
+// Under tensor parallelism a rank loads its heads (q/k/v rows, o_proj columns, sinks) and its
+// slice of every expert's intermediate width (gate/up rows 2·i and 2·i+1 for its i, down
+// columns i); the router is replicated and the o/down biases live on tensor rank 0 only.
 #include <cstring>
 
 #include "slope/core/error.h"
@@ -11,12 +14,11 @@
 namespace slope::model {
 namespace {
 
-// Expert e's weight as a Linear. Dense checkpoints hold [E, in, out] (used as x @ W[e]);
-// MXFP4 checkpoints hold [E, out, in/32, 16] blocks and [E, out, in/32] scales.
-kernels::Linear expert_linear(const WeightLoader& wl, const std::string& base, int64_t e,
-                              int64_t out, int64_t in, const float* bias) {
+// Expert e's whole weight as f32 [out, in] (the torch Linear orientation).
+Tensor expert_weight_f32(const WeightLoader& wl, const std::string& base, int64_t e, int64_t out,
+                         int64_t in) {
   const int64_t E = wl.cfg.num_experts;
-  kernels::Linear lin;
+  Tensor w({out, in}, DType::F32);
   if (wl.cfg.mxfp4_experts) {
     SLOPE_CHECK(in % 32 == 0, base, ": MXFP4 needs the input width (", in, ") to be a multiple of 32");
     const int64_t nb = in / 32;
@@ -25,43 +27,60 @@ kernels::Linear expert_linear(const WeightLoader& wl, const std::string& base, i
     SLOPE_CHECK(blocks.dtype() == DType::U8 && scales.dtype() == DType::U8, base,
                 "_blocks/_scales must be U8 (MXFP4), got ", dtype_name(blocks.dtype()), "/",
                 dtype_name(scales.dtype()));
-    Tensor w({out, in}, DType::F32);
     kernels::mxfp4_dequantize(blocks.data<uint8_t>() + e * out * nb * 16,
                               scales.data<uint8_t>() + e * out * nb, out, nb, w.data<float>());
-    lin = kernels::Linear(w.data<float>(), DType::F32, kernels::WeightLayout::OutIn, out, in, bias,
-                          wl.compute);
   } else {
-    Tensor all = wl.store.get(base, {E, in, out});
-    const size_t esz = dtype_size(all.dtype());
-    const uint8_t* src = static_cast<const uint8_t*>(all.raw()) + e * in * out * esz;
-    lin = kernels::Linear(src, all.dtype(), kernels::WeightLayout::InOut, out, in, bias, wl.compute);
+    Tensor all = wl.store.get(base, {E, in, out});  // [E, in, out], used as x @ W[e]
+    const size_t es = dtype_size(all.dtype());
+    Tensor mine = Tensor::view(static_cast<uint8_t*>(all.raw()) + size_t(e * in * out) * es,
+                               {in, out}, all.dtype(), std::make_shared<Tensor>(all))
+                      .to_f32();
+    for (int64_t i = 0; i < in; ++i)
+      for (int64_t o = 0; o < out; ++o) w.data<float>()[o * in + i] = mine.data<float>()[i * out + o];
   }
-  *wl.bytes += lin.weight_bytes();
-  return lin;
+  return w;
+}
+
+// Rows [row0, row0+rows) and columns [col0, col0+cols) of an f32 [out, in] matrix.
+Tensor sub_matrix(const Tensor& w, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+  Tensor out({rows, cols}, DType::F32);
+  const int64_t in = w.dim(1);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(out.data<float>() + r * cols, w.data<float>() + (row0 + r) * in + col0,
+                size_t(cols) * sizeof(float));
+  return out;
 }
 
 }  // namespace
 
 void load_gpt_oss_layer(const WeightLoader& wl, int layer, LayerWeights& w) {
   const ModelConfig& c = wl.cfg;
-  const int64_t H = c.hidden_size, D = c.head_dim, qw = c.num_heads * D, kw = c.num_kv_heads * D;
-  const int64_t E = c.num_experts, I = c.intermediate_size;
+  const TensorSlice& s = wl.slice;
+  const int64_t H = c.hidden_size, D = c.head_dim, E = c.num_experts, I = c.intermediate_size;
   const std::string p = "model.layers." + std::to_string(layer) + ".";
   const std::string a = p + "self_attn.";
-  w.attn.qkv = wl.fused_linear({a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"},
-                               {qw, kw, kw}, H, {a + "q_proj.bias", a + "k_proj.bias", a + "v_proj.bias"});
-  w.attn.o = wl.linear(a + "o_proj.weight", H, qw, a + "o_proj.bias");
-  w.attn.sinks = wl.f32(a + "sinks", {c.num_heads});
+  w.attn.qkv = wl.linear({{a + "q_proj.weight", a + "q_proj.bias", c.num_heads * D, s.q_head0 * D, s.q_heads * D},
+                          {a + "k_proj.weight", a + "k_proj.bias", c.num_kv_heads * D, s.kv_head0 * D, s.kv_heads * D},
+                          {a + "v_proj.weight", a + "v_proj.bias", c.num_kv_heads * D, s.kv_head0 * D, s.kv_heads * D}},
+                         H);
+  w.attn.o = wl.linear({{a + "o_proj.weight", a + "o_proj.bias", H}}, c.num_heads * D, s.q_head0 * D,
+                       s.q_heads * D, /*bias_on_rank0_only=*/true);
+  Tensor sinks = wl.f32(a + "sinks", {c.num_heads});  // one logit per query head
+  w.attn.sinks = Tensor({s.q_heads}, DType::F32);
+  std::memcpy(w.attn.sinks.data<float>(), sinks.data<float>() + s.q_head0, size_t(s.q_heads) * sizeof(float));
 
   const std::string m = p + "mlp.";
-  w.moe.router = wl.linear(m + "router.weight", E, H, m + "router.bias");
+  w.moe.router = wl.linear({{m + "router.weight", m + "router.bias", E}}, H);
   Tensor gu_bias = wl.f32(m + "experts.gate_up_proj_bias", {E, 2 * I});
   Tensor down_bias = wl.f32(m + "experts.down_proj_bias", {E, H});
   for (int64_t e = 0; e < E; ++e) {
-    w.moe.gate_up.push_back(expert_linear(wl, m + "experts.gate_up_proj", e, 2 * I, H,
-                                          gu_bias.data<float>() + e * 2 * I));
-    w.moe.down.push_back(expert_linear(wl, m + "experts.down_proj", e, H, I,
-                                       down_bias.data<float>() + e * H));
+    // gate_up rows are interleaved (gate, up) per intermediate index i: rows [2·i0, 2·i1).
+    Tensor gu = expert_weight_f32(wl, m + "experts.gate_up_proj", e, 2 * I, H);
+    Tensor gu_mine = s.size == 1 ? gu : sub_matrix(gu, 2 * s.inter0, 2 * s.inter, 0, H);
+    w.moe.gate_up.push_back(wl.pack(gu_mine, gu_bias.data<float>() + e * 2 * I + 2 * s.inter0));
+    Tensor down = expert_weight_f32(wl, m + "experts.down_proj", e, H, I);
+    Tensor down_mine = s.size == 1 ? down : sub_matrix(down, 0, H, s.inter0, s.inter);
+    w.moe.down.push_back(wl.pack(down_mine, s.rank == 0 ? down_bias.data<float>() + e * H : nullptr));
   }
 }
 

@@ -23,7 +23,8 @@ struct ScopedTimer {
 void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* h, int64_t m,
                    const int64_t* pos, float* q, float* k, float* v, Tensor& x, Tensor& qkv) {
   const ModelConfig& c = *ctx.cfg;
-  const int64_t H = c.hidden_size, D = c.head_dim, qw = c.num_heads * D, kw = c.num_kv_heads * D;
+  const int64_t Hq = ctx.slice.q_heads, Hkv = ctx.slice.kv_heads;
+  const int64_t H = c.hidden_size, D = c.head_dim, qw = Hq * D, kw = Hkv * D;
   kernels::rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps),
                    c.norm_order, ctx.act_dtype);
   w.attn.qkv.forward(x.data<float>(), m, qkv.data<float>());
@@ -35,28 +36,28 @@ void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* 
     std::memcpy(v + r * kw, src + r * width + qw + kw, kw * sizeof(float));
   }
   if (!w.attn.q_norm.empty()) {  // qwen3: per-head RMSNorm over head_dim before RoPE
-    kernels::rmsnorm(q, w.attn.q_norm.data<float>(), q, m * c.num_heads, D, float(c.rms_norm_eps),
+    kernels::rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps),
                      c.norm_order, ctx.act_dtype);
-    kernels::rmsnorm(k, w.attn.k_norm.data<float>(), k, m * c.num_kv_heads, D,
-                     float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
+    kernels::rmsnorm(k, w.attn.k_norm.data<float>(), k, m * Hkv, D, float(c.rms_norm_eps),
+                     c.norm_order, ctx.act_dtype);
   }
-  ctx.rope->apply(q, m, c.num_heads, pos);
-  ctx.rope->apply(k, m, c.num_kv_heads, pos);
+  ctx.rope->apply(q, m, Hq, pos);
+  ctx.rope->apply(k, m, Hkv, pos);
 }
 
-// Dense SwiGLU MLP: h += down(silu(gate(x)) · up(x)).
-void dense_mlp(const ModelConfig& c, const DenseMlpWeights& w, const float* x, int64_t m,
-               float* h) {
-  Tensor gu({m, 2 * c.intermediate_size}, DType::F32), act({m, c.intermediate_size}, DType::F32);
+// Dense SwiGLU MLP: h += down(silu(gate(x)) · up(x)), over the local intermediate columns.
+void dense_mlp(int64_t I, const DenseMlpWeights& w, const float* x, int64_t m, float* h) {
+  Tensor gu({m, 2 * I}, DType::F32), act({m, I}, DType::F32);
   w.gate_up.forward(x, m, gu.data<float>());
-  kernels::silu_mul(gu.data<float>(), m, c.intermediate_size, act.data<float>());
+  kernels::silu_mul(gu.data<float>(), m, I, act.data<float>());
   w.down.forward(act.data<float>(), m, h, /*accumulate=*/true);
 }
 
 // gpt-oss MoE: route each token to its top-k experts, run each expert once over all of its
 // tokens, and add Σ_k w_k · (expert_k(x) + b_k) back (the down bias sits inside the weighting).
-void moe_mlp(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t m, float* h) {
-  const int64_t E = c.num_experts, I = c.intermediate_size, H = c.hidden_size;
+void moe_mlp(const ModelConfig& c, int64_t I, const MoeWeights& w, const float* x, int64_t m,
+             float* h) {
+  const int64_t E = c.num_experts, H = c.hidden_size;
   const int k = int(c.experts_per_token);
   Tensor logits({m, E}, DType::F32);
   w.router.forward(x, m, logits.data<float>());
@@ -82,12 +83,35 @@ void moe_mlp(const ModelConfig& c, const MoeWeights& w, const float* x, int64_t 
 
 }  // namespace
 
+TensorSlice TensorSlice::of(const ModelConfig& c, int rank, int size) {
+  SLOPE_CHECK(size >= 1 && rank >= 0 && rank < size, "bad tensor-parallel rank ", rank, " of ", size);
+  SLOPE_CHECK(c.num_heads % size == 0, "--tp ", size, " must divide the ", c.num_heads,
+              " attention heads");
+  SLOPE_CHECK(c.num_kv_heads % size == 0 || size % c.num_kv_heads == 0, "--tp ", size,
+              " and the ", c.num_kv_heads, " KV heads must divide one another (so each rank's "
+              "query heads read whole KV heads)");
+  SLOPE_CHECK(c.intermediate_size % size == 0, "--tp ", size, " must divide the intermediate size ",
+              c.intermediate_size);
+  TensorSlice s;
+  s.rank = rank;
+  s.size = size;
+  s.q_heads = c.num_heads / size;
+  s.q_head0 = rank * s.q_heads;
+  const int64_t group = c.num_heads / c.num_kv_heads;  // query heads per KV head
+  s.kv_head0 = s.q_head0 / group;
+  s.kv_heads = std::max<int64_t>(1, s.q_heads / group);
+  s.inter = c.intermediate_size / size;
+  s.inter0 = rank * s.inter;
+  return s;
+}
+
 void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeights& w, float* h,
                            const SequenceShard& q_shard, AttentionRunner& runner, float* k_cache,
                            float* v_cache, int64_t kv_row0, const SequenceShard& kv_shard) {
   const ModelConfig& c = *ctx.cfg;
   const int64_t n = q_shard.local_tokens();
-  const int64_t H = c.hidden_size, D = c.head_dim, Hq = c.num_heads, Hkv = c.num_kv_heads;
+  const int64_t H = c.hidden_size, D = c.head_dim;
+  const int64_t Hq = ctx.slice.q_heads, Hkv = ctx.slice.kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(ctx.chunk, std::max<int64_t>(n, 1)));
   PhaseTimes dummy;
   PhaseTimes& t = ctx.times ? *ctx.times : dummy;
@@ -120,21 +144,44 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   }
   q = Tensor();
 
-  Tensor x({chunk, H}, DType::F32);
+  // Under tensor parallelism o_proj and the MLP produce partial sums over the local heads /
+  // intermediate columns: they go to `partial`, are all-reduced, then added to h.
+  const bool tp = bool(ctx.tp_allreduce);
+  Tensor x({chunk, H}, DType::F32), partial;
+  if (tp) partial = Tensor({chunk, H}, DType::F32);
+  auto add_reduced = [&](float* hr, int64_t m, double* timer) {
+    {
+      ScopedTimer st{&t.tp_allreduce};
+      ctx.tp_allreduce(partial.data<float>(), m * H);
+    }
+    ScopedTimer st{timer};
+    const float* p = partial.data<float>();
+    for (int64_t i = 0; i < m * H; ++i) hr[i] += p[i];
+  };
+  const int64_t I = ctx.slice.inter;
   for (int64_t r = 0; r < n; r += chunk) {
     const int64_t m = std::min(chunk, n - r);
     float* hr = h + r * H;
     {
       ScopedTimer st{&t.o_proj};
-      w.attn.o.forward(attn.data<float>() + r * Hq * D, m, hr, /*accumulate=*/true);
+      w.attn.o.forward(attn.data<float>() + r * Hq * D, m, tp ? partial.data<float>() : hr, /*accumulate=*/!tp);
     }
-    ScopedTimer st{&t.mlp};
-    kernels::rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps),
-                     c.norm_order, ctx.act_dtype);
-    if (c.is_moe())
-      moe_mlp(c, w.moe, x.data<float>(), m, hr);
-    else
-      dense_mlp(c, w.mlp, x.data<float>(), m, hr);
+    if (tp) add_reduced(hr, m, &t.o_proj);
+    {
+      ScopedTimer st{&t.mlp};
+      kernels::rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H,
+                       float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
+      float* dst = hr;
+      if (tp) {
+        std::fill(partial.data<float>(), partial.data<float>() + m * H, 0.f);
+        dst = partial.data<float>();
+      }
+      if (c.is_moe())
+        moe_mlp(c, I, w.moe, x.data<float>(), m, dst);
+      else
+        dense_mlp(I, w.mlp, x.data<float>(), m, dst);
+    }
+    if (tp) add_reduced(hr, m, &t.mlp);
   }
 }
 

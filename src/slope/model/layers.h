@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "slope/core/tensor.h"
@@ -15,9 +16,10 @@ namespace slope::model {
 
 struct AttentionWeights {
   kernels::Linear qkv;  // fused [Hq·D + 2·Hkv·D, H] (rows: q, then k, then v), biases included
-  kernels::Linear o;    // [H, Hq·D]
+  kernels::Linear o;    // [H, Hq·D]; under tensor parallelism the local heads' columns, and
+                        // the bias only on tensor rank 0 (the partial sums are all-reduced)
   Tensor q_norm, k_norm;  // f32 [D] (qwen3) or empty
-  Tensor sinks;           // f32 [Hq] (gpt-oss) or empty
+  Tensor sinks;           // f32 [Hq] (gpt-oss) or empty; the local heads' under TP
 };
 
 struct DenseMlpWeights {
@@ -43,6 +45,7 @@ struct LayerWeights {
 // Time spent per phase of the forward pass, seconds (summed over calls).
 struct PhaseTimes {
   double embed = 0, norm_qkv_rope = 0, attention = 0, o_proj = 0, mlp = 0, lm_head = 0;
+  double tp_allreduce = 0;  // tensor-parallel all-reduce (communication)
 };
 
 // Per-layer forward over the rows a rank holds (`q_shard` gives their global positions).
@@ -52,8 +55,29 @@ struct PhaseTimes {
 // (kv_row0 = 0 and kv_shard = q_shard for a whole prompt; > 0 when earlier chunks are cached).
 // Token-local work runs in chunks of `chunk` rows so temporaries grow with the chunk, not the
 // prompt.
+// Tensor parallelism (Megatron layout): this rank holds query heads [q_head0, q_head0 + q_heads),
+// the KV heads they read, and intermediate columns [inter0, inter0 + inter) of every MLP/expert.
+// Without tensor parallelism these are the whole model's counts.
+struct TensorSlice {
+  int64_t q_head0 = 0, q_heads = 0;
+  int64_t kv_head0 = 0, kv_heads = 0;
+  int64_t inter0 = 0, inter = 0;
+  int rank = 0, size = 1;
+  static TensorSlice whole(const ModelConfig& c) {
+    return {0, c.num_heads, 0, c.num_kv_heads, 0, c.intermediate_size, 0, 1};
+  }
+  // Rank t of T. Throws slope::Error unless T divides the query heads and the intermediate
+  // width, and T and the KV heads nest (T | Hkv, or Hkv | T: KV heads are then replicated).
+  static TensorSlice of(const ModelConfig& c, int rank, int size);
+};
+
+// Sums a partial [rows, cols] result over the tensor-parallel group, in place.
+using AllReduceFn = std::function<void(float* data, int64_t count)>;
+
 struct LayerContext {
   const ModelConfig* cfg = nullptr;
+  TensorSlice slice;
+  AllReduceFn tp_allreduce;  // empty without tensor parallelism
   const kernels::Rope* rope = nullptr;
   DType act_dtype = DType::F32;  // where norms cast (bf16 compute rounds like the model dtype)
   int64_t chunk = 1024;

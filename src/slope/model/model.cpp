@@ -14,34 +14,46 @@ Tensor WeightLoader::f32(const std::string& name, const Shape& shape) const {
   return t;
 }
 
-kernels::Linear WeightLoader::linear(const std::string& weight, int64_t out, int64_t in,
-                                     const std::string& bias) const {
-  return fused_linear({weight}, {out}, in, {bias});
+Tensor WeightLoader::f32_rows(const std::string& name, int64_t out, int64_t cols, int64_t row0,
+                              int64_t rows) const {
+  Tensor t = store.get(name, {out, cols});
+  const size_t es = dtype_size(t.dtype());
+  Tensor part = Tensor::view(static_cast<uint8_t*>(t.raw()) + size_t(row0 * cols) * es, {rows, cols},
+                             t.dtype(), std::make_shared<Tensor>(t));
+  return part.to_f32();
 }
 
-kernels::Linear WeightLoader::fused_linear(const std::vector<std::string>& weights,
-                                           const std::vector<int64_t>& outs, int64_t in,
-                                           const std::vector<std::string>& biases) const {
-  int64_t total = 0;
-  for (int64_t o : outs) total += o;
-  // Stack the parts as f32 rows (exact for F32/BF16/F16 sources); Linear packs to the compute type.
-  Tensor w({total, in}, DType::F32);
-  Tensor b;
-  int64_t row = 0;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    Tensor part = store.get(weights[i], {outs[i], in}).to_f32();
-    std::memcpy(w.data<float>() + row * in, part.data<float>(), part.nbytes());
-    if (i < biases.size() && !biases[i].empty()) {
-      if (b.empty()) b = Tensor({total}, DType::F32);
-      Tensor pb = store.get(biases[i], {outs[i]}).to_f32();
-      std::memcpy(b.data<float>() + row, pb.data<float>(), pb.nbytes());
-    }
-    row += outs[i];
-  }
-  kernels::Linear lin(w.data<float>(), DType::F32, kernels::WeightLayout::OutIn, total, in,
-                      b.empty() ? nullptr : b.data<float>(), compute);
-  *bytes += lin.weight_bytes() + (b.empty() ? 0 : b.nbytes());
+kernels::Linear WeightLoader::pack(const Tensor& w, const float* bias) const {
+  kernels::Linear lin(w.data<float>(), DType::F32, kernels::WeightLayout::OutIn, w.dim(0), w.dim(1),
+                      bias, compute);
+  *bytes += lin.weight_bytes() + (bias ? size_t(w.dim(0)) * sizeof(float) : 0);
   return lin;
+}
+
+kernels::Linear WeightLoader::linear(const std::vector<WeightRows>& parts, int64_t in, int64_t col0,
+                                     int64_t cols, bool bias_on_rank0_only) const {
+  if (cols < 0) cols = in;
+  int64_t total = 0;
+  for (const WeightRows& p : parts) total += p.rows < 0 ? p.out : p.rows;
+  // Stack the parts as f32 (exact for F32/BF16/F16 sources); Linear packs to the compute type.
+  Tensor w({total, cols}, DType::F32);
+  Tensor b;
+  const bool want_bias = !(bias_on_rank0_only && slice.rank != 0);
+  int64_t row = 0;
+  for (const WeightRows& p : parts) {
+    const int64_t rows = p.rows < 0 ? p.out : p.rows;
+    Tensor part = f32_rows(p.weight, p.out, in, p.row0, rows);
+    for (int64_t r = 0; r < rows; ++r)
+      std::memcpy(w.data<float>() + (row + r) * cols, part.data<float>() + r * in + col0,
+                  size_t(cols) * sizeof(float));
+    if (!p.bias.empty() && want_bias) {
+      if (b.empty()) b = Tensor({total}, DType::F32);
+      Tensor pb = store.get(p.bias, {p.out}).to_f32();
+      std::memcpy(b.data<float>() + row, pb.data<float>() + p.row0, size_t(rows) * sizeof(float));
+    }
+    row += rows;
+  }
+  return pack(w, b.empty() ? nullptr : b.data<float>());
 }
 
 std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptions& opts) {
@@ -55,9 +67,10 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
               "layer range [", m->opts_.first_layer, ", ", m->opts_.last_layer,
               ") is outside the model's ", c.num_layers, " layers");
   m->rope_ = kernels::Rope(c.rope);
+  m->slice_ = opts.tp_size > 1 ? TensorSlice::of(c, opts.tp_rank, opts.tp_size) : TensorSlice::whole(c);
 
   WeightStore store(model_dir);
-  WeightLoader wl{store, c, opts.compute, &m->weight_bytes_};
+  WeightLoader wl{store, c, m->slice_, opts.compute, &m->weight_bytes_};
   const int64_t V = c.vocab_size, H = c.hidden_size;
   if (opts.load_embedding) {
     m->embedding_ = store.get("model.embed_tokens.weight", {V, H});
@@ -70,7 +83,7 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
   if (opts.load_head) {
     m->final_norm_ = wl.f32("model.norm.weight", {H});
     const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    m->head_ = wl.linear(head, V, H);
+    m->head_ = wl.linear({{head, "", V}}, H);
   }
   for (int i = m->opts_.first_layer; i < m->opts_.last_layer; ++i) {
     LayerWeights w;
@@ -126,6 +139,7 @@ LayerContext Model::layer_context(int64_t chunk, PhaseTimes* times) const {
   LayerContext ctx;
   ctx.cfg = &cfg_;
   ctx.rope = &rope_;
+  ctx.slice = slice_;
   ctx.act_dtype = opts_.compute == kernels::ComputeType::BF16 ? DType::BF16 : DType::F32;
   ctx.chunk = chunk;
   ctx.times = times;

@@ -23,6 +23,9 @@ struct LoadOptions {
   int last_layer = -1;
   bool load_embedding = true;
   bool load_head = true;
+  // Tensor parallelism: this rank's slice of heads and intermediate columns (TensorSlice::of).
+  int tp_rank = 0;
+  int tp_size = 1;
 };
 
 class Model {
@@ -47,12 +50,14 @@ class Model {
   // logits [V] = lm_head(final_norm(h_row)) for one hidden row.
   void logits(const float* h_row, float* out) const;
 
+  const TensorSlice& slice() const { return slice_; }
   LayerContext layer_context(int64_t chunk, PhaseTimes* times) const;
 
   // Family loaders (gpt_oss.cpp, llama.cpp) fill these.
   ModelConfig cfg_;
   LoadOptions opts_;
   kernels::Rope rope_;
+  TensorSlice slice_;
   Tensor embedding_;   // [V, H], kept in the checkpoint dtype (mmap'd view)
   Tensor final_norm_;  // f32 [H]
   kernels::Linear head_;
@@ -60,20 +65,34 @@ class Model {
   size_t weight_bytes_ = 0;
 };
 
+// Rows [row0, row0 + rows) of an [out, in] torch weight (and its optional bias): one part of a
+// (possibly fused, possibly tensor-parallel) projection.
+struct WeightRows {
+  std::string weight;
+  std::string bias;  // "" = none
+  int64_t out = 0;   // full row count of the stored tensor
+  int64_t row0 = 0;
+  int64_t rows = -1;  // -1 = all
+};
+
 // Shared loading helpers for the family files.
 struct WeightLoader {
   const WeightStore& store;
   const ModelConfig& cfg;
+  const TensorSlice& slice;
   kernels::ComputeType compute;
   size_t* bytes;
   Tensor f32(const std::string& name, const Shape& shape) const;  // converted copy
-  // A Linear from an [out, in] torch weight (and optional bias).
-  kernels::Linear linear(const std::string& weight, int64_t out, int64_t in,
-                         const std::string& bias = "") const;
-  // A Linear whose weight rows are several [out_i, in] tensors stacked (fused projections).
-  kernels::Linear fused_linear(const std::vector<std::string>& weights,
-                               const std::vector<int64_t>& outs, int64_t in,
-                               const std::vector<std::string>& biases) const;
+  // f32 rows [row0, row0 + rows) of a [out, cols] tensor.
+  Tensor f32_rows(const std::string& name, int64_t out, int64_t cols, int64_t row0, int64_t rows) const;
+  // A Linear whose weight is the given row ranges stacked, restricted to input columns
+  // [col0, col0 + cols) of `in` (cols = -1: all). Biases follow their rows; with
+  // bias_on_rank0_only the bias is dropped on tensor ranks other than 0 (row-parallel
+  // layers, whose partial sums are all-reduced).
+  kernels::Linear linear(const std::vector<WeightRows>& parts, int64_t in, int64_t col0 = 0,
+                         int64_t cols = -1, bool bias_on_rank0_only = false) const;
+  // Packs an f32 [out, in] weight (+ optional bias [out]) into a Linear and counts its bytes.
+  kernels::Linear pack(const Tensor& w, const float* bias) const;
 };
 
 void load_gpt_oss_layer(const WeightLoader& wl, int layer, LayerWeights& w);  // gpt_oss.cpp

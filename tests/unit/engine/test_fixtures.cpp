@@ -34,6 +34,7 @@ struct Case {
   std::string family;
   std::string file;
 };
+void PrintTo(const Case& c, std::ostream* os) { *os << c.file; }
 
 std::vector<Case> cases() {
   std::vector<Case> out;

@@ -1,0 +1,169 @@
+#include "slope/engine/executor.h"
+
+#include <algorithm>
+#include <deque>
+#include <limits>
+
+#include "slope/core/error.h"
+#include "slope/core/sys.h"
+
+namespace slope::engine {
+namespace {
+
+// One prompt's state on this rank across its chunks.
+struct PromptState {
+  PrefillResult result;
+  int64_t rows_done = 0;            // rows of this prompt's KV cache filled so far
+  std::vector<int64_t> chunk_rows;  // this rank's row count per chunk
+  std::vector<model::SequenceShard> chunk_shards;
+};
+
+model::SequenceShard concat(const std::vector<model::SequenceShard>& parts, int64_t total,
+                            size_t count) {
+  model::SequenceShard s;
+  s.total_tokens = total;
+  for (size_t i = 0; i < count; ++i)
+    for (const model::Segment& seg : parts[i].segments)
+      if (seg.length > 0) s.segments.push_back(seg);
+  return s;
+}
+
+}  // namespace
+
+std::vector<PrefillResult> run_prefill(const model::Model& model,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       int64_t chunk_tokens, const StagePlan& plan,
+                                       model::AttentionRunner& runner, const PrefillOptions& opts,
+                                       PipelineTimes* times) {
+  const model::ModelConfig& c = model.config();
+  const int64_t H = c.hidden_size, D = c.head_dim, Hkv = model.slice().kv_heads;
+  const bool first_stage = plan.stage == 0, last_stage = plan.stage == plan.num_stages - 1;
+  PipelineTimes local_times;
+  PipelineTimes& pt = times ? *times : local_times;
+
+  // Lay out every prompt's chunks and this rank's rows of each, and size the KV caches.
+  std::vector<PromptState> st(prompts.size());
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    const int64_t n = int64_t(prompts[b].size());
+    const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : n;
+    for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+      const model::Segment seg{c0, std::min(chunk, n - c0)};
+      model::SequenceShard rows = plan.rows_of_chunk ? plan.rows_of_chunk(seg, n)
+                                                     : model::SequenceShard{n, {seg}};
+      st[b].chunk_rows.push_back(rows.local_tokens());
+      st[b].chunk_shards.push_back(std::move(rows));
+    }
+    st[b].result.shard = concat(st[b].chunk_shards, n, st[b].chunk_shards.size());
+    const int64_t rows = st[b].result.shard.local_tokens();
+    const int layers = model.last_layer() - model.first_layer();
+    // The KV cache holds every chunk of the prompt: it is needed by later chunks even when the
+    // caller does not keep it.
+    for (int l = 0; l < layers; ++l) {
+      st[b].result.k.emplace_back(Shape{rows, Hkv, D}, DType::F32);
+      st[b].result.v.emplace_back(Shape{rows, Hkv, D}, DType::F32);
+    }
+  }
+
+  const model::LayerContext base_ctx = model.layer_context(opts.chunk_tokens, nullptr);
+  struct PendingSend {
+    Tensor buffer;
+    parallel::Request request;
+  };
+  std::deque<PendingSend> sends;
+  for (size_t b = 0; b < prompts.size(); ++b) {
+    PromptState& ps = st[b];
+    PrefillResult& r = ps.result;
+    const double t0 = now_seconds();
+    model::LayerContext ctx = base_ctx;
+    ctx.times = &r.times;
+    ctx.tp_allreduce = plan.tp_allreduce;
+    for (size_t ci = 0; ci < ps.chunk_shards.size(); ++ci) {
+      const model::SequenceShard& rows = ps.chunk_shards[ci];
+      const int64_t m = rows.local_tokens();
+      Tensor h({m, H}, DType::F32);  // [m, H] this chunk's residual stream on this rank
+      if (first_stage) {
+        const double te = now_seconds();
+        std::vector<int32_t> ids;
+        ids.reserve(m);
+        for (int64_t p : rows.positions()) ids.push_back(prompts[b][p]);
+        model.embed(ids.data(), m, h.data<float>());
+        r.times.embed += now_seconds() - te;
+      } else if (m > 0) {
+        const double tw = now_seconds();
+        plan.pipe->irecv(h.data<float>(), size_t(m * H), plan.prev_rank, parallel::Tag::Pipeline).wait();
+        pt.recv_wait_seconds += now_seconds() - tw;
+        pt.bytes_received += m * H * int64_t(sizeof(float));
+      }
+      const model::SequenceShard kv_shard = concat(ps.chunk_shards, rows.total_tokens, ci + 1);
+      for (int l = model.first_layer(); l < model.last_layer(); ++l) {
+        const int li = l - model.first_layer();
+        model::decoder_layer_forward(ctx, l, model.layer(l), h.data<float>(), rows, runner,
+                                     r.k[li].data<float>(), r.v[li].data<float>(), ps.rows_done,
+                                     kv_shard);
+      }
+      ps.rows_done += m;
+      if (!last_stage) {
+        if (m > 0) {
+          pt.bytes_sent += m * H * int64_t(sizeof(float));
+          parallel::Request req = plan.pipe->isend(h.data<float>(), size_t(m * H), plan.next_rank,
+                                                   parallel::Tag::Pipeline);
+          sends.push_back({std::move(h), std::move(req)});
+        }
+        while (!sends.empty() && sends.front().request.test()) sends.pop_front();
+        continue;
+      }
+      const int64_t last = rows.local_index(rows.total_tokens - 1);
+      if (last >= 0 && plan.may_report_logits) {
+        const double tl = now_seconds();
+        r.has_logits = true;
+        r.logits.resize(c.vocab_size);
+        model.logits(h.data<float>() + last * H, r.logits.data());
+        r.top_logprobs = top_logprobs(r.logits.data(), c.vocab_size, std::max(1, opts.top_k));
+        r.first_token = r.top_logprobs[0].token;
+        r.times.lm_head += now_seconds() - tl;
+      }
+    }
+    r.seconds = now_seconds() - t0;
+    if (!opts.keep_kv) {
+      r.k.clear();
+      r.v.clear();
+    }
+  }
+  const double tw = now_seconds();
+  for (PendingSend& s : sends) s.request.wait();
+  pt.send_wait_seconds += now_seconds() - tw;
+
+  std::vector<PrefillResult> out;
+  for (PromptState& ps : st) out.push_back(std::move(ps.result));
+  return out;
+}
+
+std::vector<int> balance_stages(const model::ModelConfig& cfg, int stages, int64_t num_tokens) {
+  const int L = int(cfg.num_layers);
+  SLOPE_CHECK(stages >= 1 && stages <= L, "--pp ", stages, " needs between 1 and ", L,
+              " stages (the model has ", L, " layers)");
+  std::vector<double> cost(L);
+  for (int l = 0; l < L; ++l) cost[l] = layer_flops(cfg, l, num_tokens);
+  std::vector<double> prefix(L + 1, 0);
+  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + cost[l];
+  // best[s][l]: minimal max-stage cost of the first l layers in s stages (each stage >= 1 layer).
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(L + 1, inf));
+  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(L + 1, 0));
+  best[0][0] = 0;
+  for (int s = 1; s <= stages; ++s)
+    for (int l = s; l <= L; ++l)
+      for (int j = s - 1; j < l; ++j) {
+        const double v = std::max(best[s - 1][j], prefix[l] - prefix[j]);
+        if (v < best[s][l]) {
+          best[s][l] = v;
+          cut[s][l] = j;
+        }
+      }
+  std::vector<int> bounds(stages + 1);
+  bounds[stages] = L;
+  for (int s = stages; s > 0; --s) bounds[s - 1] = cut[s][bounds[s]];
+  return bounds;
+}
+
+}  // namespace slope::engine

@@ -1,0 +1,62 @@
+// The general prefill executor: one or more prompts, each cut into chunks, flowing through the
+// pipeline stages (layers split over ranks), with context or tensor parallelism inside a stage.
+//
+// Per rank, work items are (prompt b, chunk c) in order b-major. For each item the rank
+//   1. takes its rows of the chunk (all of them; or its zigzag shard under context parallelism),
+//   2. gets their hidden state: the embedding on the first stage, else a receive from the rank
+//      at the same position of the previous stage (every stage lays rows out the same way),
+//   3. runs its stage's layers; attention for chunk c reads the KV of chunks 0..c of prompt b
+//      that this rank holds (AttentionRunner does the rest),
+//   4. sends the hidden state on to the next stage without waiting (non-blocking), or, on the
+//      last stage, produces the logits if it holds the prompt's last position.
+// Stage s works on item i while stage s+1 works on item i-1: chunked pipelining. With one stage
+// and one chunk this is a plain prefill.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "slope/engine/prefill.h"
+#include "slope/parallel/comm.h"
+
+namespace slope::engine {
+
+struct StagePlan {
+  int stage = 0;
+  int num_stages = 1;
+  // Neighbours on the pipeline communicator (-1 at the ends).
+  parallel::Communicator* pipe = nullptr;
+  int prev_rank = -1;
+  int next_rank = -1;
+  // This rank's rows of a chunk [start, start + length) of a prompt of total_tokens tokens.
+  // Default: the whole chunk.
+  std::function<model::SequenceShard(model::Segment chunk, int64_t total_tokens)> rows_of_chunk;
+  // Tensor parallelism: sum partial results over the tensor group (empty: none).
+  model::AllReduceFn tp_allreduce;
+  // False on ranks whose logits would duplicate another's (tensor ranks other than 0).
+  bool may_report_logits = true;
+};
+
+struct PipelineTimes {
+  double recv_wait_seconds = 0;  // blocked waiting for the previous stage's activations
+  double send_wait_seconds = 0;  // blocked waiting for sends to drain at the end
+  int64_t bytes_sent = 0;
+  int64_t bytes_received = 0;
+};
+
+// Runs every prompt through this rank's layers (model.first_layer() .. last_layer()).
+// chunk_tokens <= 0 means one chunk per prompt. Results are per prompt; `shard` in each is this
+// rank's rows of that prompt in buffer order (chunk by chunk).
+std::vector<PrefillResult> run_prefill(const model::Model& model,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       int64_t chunk_tokens, const StagePlan& plan,
+                                       model::AttentionRunner& runner, const PrefillOptions& opts,
+                                       PipelineTimes* times = nullptr);
+
+// Contiguous layer ranges for `stages` pipeline stages that balance the predicted cost of a
+// prompt of num_tokens tokens (linear layers plus attention under each layer's mask): returns
+// stages + 1 boundaries, first 0, last num_layers. The embedding lives on the first stage and
+// the final norm + lm_head on the last (their compute is one lookup and one row).
+std::vector<int> balance_stages(const model::ModelConfig& cfg, int stages, int64_t num_tokens);
+
+}  // namespace slope::engine
