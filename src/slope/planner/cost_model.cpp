@@ -1,0 +1,455 @@
+#include "slope/planner/cost_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "slope/core/error.h"
+
+namespace slope::planner {
+
+using model::ModelConfig;
+
+namespace {
+
+// Kernels one layer launches besides attention (norms, projections, RoPE, router, top-k,
+// expert GEMMs, SwiGLU, residual adds); attention adds one per ring step plus a merge.
+constexpr double kKernelsPerLayer = 12;
+// e2m1 values plus one e8m0 scale per 32: 4 + 8/32 bits.
+constexpr double kMxfp4BytesPerParam = 4.25 / 8;
+
+double bf16_bytes(double params) { return 2 * params; }
+
+int64_t window_of(const ModelConfig& cfg, int64_t layer) {
+  if (cfg.layer_window.empty()) return 0;
+  return cfg.layer_window[static_cast<size_t>(layer)];
+}
+
+// Roofline time of a kernel: the slower of its arithmetic and its memory traffic.
+double roof(double flops, double flop_rate, double bytes, double byte_rate) {
+  return std::max(flops / flop_rate, bytes / byte_rate);
+}
+
+// Heads per rank. TP splits query heads evenly and KV heads when it can, otherwise each rank
+// keeps the one KV head its query heads use (replication); Ulysses does the same on top.
+struct HeadSplit {
+  double q_tp, kv_tp;  // per TP rank
+  double q_u, kv_u;    // per Ulysses rank within a TP rank (full-attention layers)
+};
+HeadSplit head_split(const ModelConfig& cfg, const Mesh& m) {
+  HeadSplit h;
+  h.q_tp = double(cfg.num_heads) / m.TP;
+  h.kv_tp = m.TP <= cfg.num_kv_heads ? double(cfg.num_kv_heads) / m.TP : 1.0;
+  h.q_u = h.q_tp / m.U;
+  h.kv_u = m.U <= h.kv_tp ? h.kv_tp / m.U : 1.0;
+  return h;
+}
+
+// Where the mesh's transfers go: a ring hop and a pipeline hop leave the node or stay in it.
+struct Links {
+  double ring_bw = 0, ring_lat = 0;  // per rank
+  double pp_intra_bw = 0, pp_intra_lat = 0, pp_net_bw = 0, pp_net_lat = 0;
+};
+Links links_of(const HardwareProfile& hw, const Mesh& m) {
+  const int D = hw.node.devices_per_node;
+  const int st = m.stage_ranks();
+  const int group = m.U * m.TP;  // ranks at one ring position
+  const double node_bw = hw.network.bandwidth_gbs_per_node * 1e9;
+  const double dev_bw = hw.network.bandwidth_gbs_per_device * 1e9;
+  Links l;
+  bool ring_in_node = st <= D && D % st == 0;
+  if (ring_in_node) {
+    l.ring_bw = hw.node.p2p.bytes_per_s();
+    l.ring_lat = hw.node.p2p.latency_s();
+  } else {
+    // One ring position per node sends off-node each step: its U·TP ranks share the NICs.
+    l.ring_bw = std::min({hw.node.p2p.bytes_per_s(), dev_bw, node_bw / group});
+    l.ring_lat = hw.network.latency_us * 1e-6;
+  }
+  l.pp_intra_bw = hw.node.p2p.bytes_per_s();
+  l.pp_intra_lat = hw.node.p2p.latency_s();
+  // A stage boundary that is a node boundary: min(st, D) ranks of the node send at once.
+  l.pp_net_bw = std::min(dev_bw, node_bw / std::min(st, D));
+  l.pp_net_lat = hw.network.latency_us * 1e-6;
+  return l;
+}
+
+// Cost of one stage for one chunk, split into phases; bytes sent per rank by kind.
+struct StageCost {
+  PhaseTimes t;
+  double flops = 0;
+  double ulysses_bytes = 0, ring_bytes = 0, halo_bytes = 0, allreduce_bytes = 0;
+};
+
+void add_scaled(StageCost& a, const StageCost& b, double n) {
+  PhaseTimes& x = a.t;
+  const PhaseTimes& y = b.t;
+  x.linear += n * y.linear, x.elementwise += n * y.elementwise, x.attention += n * y.attention;
+  x.ulysses += n * y.ulysses, x.ring_exposed += n * y.ring_exposed, x.halo += n * y.halo;
+  x.tp_allreduce += n * y.tp_allreduce, x.overhead += n * y.overhead, x.lm_head += n * y.lm_head;
+  x.pipeline_fill += n * y.pipeline_fill;
+  a.flops += n * b.flops;
+  a.ulysses_bytes += n * b.ulysses_bytes, a.ring_bytes += n * b.ring_bytes, a.halo_bytes += n * b.halo_bytes;
+  a.allreduce_bytes += n * b.allreduce_bytes;
+}
+
+}  // namespace
+
+std::string Mesh::str() const {
+  std::ostringstream os;
+  const char* sep = "";
+  auto put = [&](const char* k, int v) {
+    if (v > 1) {
+      os << sep << k << v;
+      sep = " ";
+    }
+  };
+  put("U", U);
+  put("R", R);
+  put("P", P);
+  put("TP", TP);
+  if (U * R * P * TP == 1) os << "1 rank";
+  if (P > 1 && chunk > 0) os << " chunk " << chunk;
+  return os.str();
+}
+
+double PhaseTimes::total() const {
+  return linear + elementwise + attention + ulysses + ring_exposed + halo + tp_allreduce + overhead +
+         lm_head + pipeline_fill;
+}
+
+double linear_flops_per_token_layer(const ModelConfig& c) {
+  const double h = double(c.hidden_size), q = double(c.num_heads * c.head_dim),
+               kv = double(c.num_kv_heads * c.head_dim), inter = double(c.intermediate_size);
+  double attn = 2 * (h * q + 2 * h * kv + q * h);
+  double mlp = c.is_moe() ? 2 * h * double(c.num_experts) + double(c.experts_per_token) * 2 * 3 * h * inter
+                          : 2 * 3 * h * inter;
+  return attn + mlp;
+}
+
+double lm_head_flops_per_token(const ModelConfig& c) { return 2.0 * double(c.hidden_size) * double(c.vocab_size); }
+
+double attention_flops_per_pair(const ModelConfig& c) { return 4.0 * double(c.num_heads) * double(c.head_dim); }
+
+double attention_pairs(int64_t q0, int64_t q1, int64_t window) {
+  if (q1 <= q0) return 0;
+  // Full causal: query q sees q+1 keys, Σ_{q=q0}^{q1-1} (q+1) = (q1(q1+1) - q0(q0+1)) / 2.
+  auto tri = [](double n) { return n * (n + 1) / 2; };
+  if (window <= 0) return tri(double(q1)) - tri(double(q0));
+  // Window W: query q sees min(q+1, W) keys; queries below W-1 see q+1, the rest W.
+  const int64_t split = std::clamp<int64_t>(window - 1, q0, q1);  // first q with q+1 >= W
+  return (tri(double(split)) - tri(double(q0))) + double(window) * double(q1 - split);
+}
+
+FlopCount prefill_flops(const ModelConfig& cfg, int64_t tokens) {
+  FlopCount f;
+  f.linear = linear_flops_per_token_layer(cfg) * double(cfg.num_layers) * double(tokens);
+  const double per_pair = attention_flops_per_pair(cfg);
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    int64_t w = window_of(cfg, l);
+    double a = per_pair * attention_pairs(0, tokens, w);
+    (w > 0 ? f.attention_sliding : f.attention_full) += a;
+  }
+  f.lm_head = lm_head_flops_per_token(cfg);
+  return f;
+}
+
+WeightBytes weight_bytes(const ModelConfig& c) {
+  const double h = double(c.hidden_size), d = double(c.head_dim), H = double(c.num_heads),
+               KV = double(c.num_kv_heads), inter = double(c.intermediate_size);
+  WeightBytes w;
+  double attn = h * H * d + 2 * h * KV * d + H * d * h;
+  if (c.qkv_bias) attn += (H + 2 * KV) * d;
+  if (c.o_bias) attn += h;
+  if (c.sinks) attn += H;
+  w.attention_per_layer = bf16_bytes(attn);
+  if (c.is_moe()) {
+    const double E = double(c.num_experts);
+    w.router_per_layer = bf16_bytes(E * h + E);  // weight and bias
+    const double matrices = 3 * h * inter;        // gate_up [2·inter, h] and down [h, inter]
+    const double biases = 2 * inter + h;
+    w.expert_bytes = (c.mxfp4_experts ? matrices * kMxfp4BytesPerParam : bf16_bytes(matrices)) + bf16_bytes(biases);
+    w.mlp_per_layer = E * w.expert_bytes;
+  } else {
+    w.mlp_per_layer = bf16_bytes(3 * h * inter);
+  }
+  w.norms_per_layer = 4 * (2 * h + (c.qk_norm ? 2 * d : 0));
+  w.embedding = bf16_bytes(double(c.vocab_size) * h);
+  w.lm_head = c.tie_word_embeddings ? 0 : bf16_bytes(double(c.vocab_size) * h);
+  w.final_norm = 4 * h;
+  return w;
+}
+
+double kv_bytes_per_token_layer(const ModelConfig& c) {
+  return 2.0 * double(c.num_kv_heads) * double(c.head_dim) * 2.0;
+}
+
+std::string mesh_problem(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh& m) {
+  std::ostringstream why;
+  const int D = hw.node.devices_per_node;
+  if (m.U < 1 || m.R < 1 || m.P < 1 || m.TP < 1) return "every degree (U, R, P, TP) must be at least 1";
+  if (m.chunk < 0) return "chunk size must be 0 (whole prompt) or positive";
+  if (cfg.num_heads % (int64_t(m.U) * m.TP) != 0) {
+    why << "U·TP = " << m.U * m.TP << " does not divide the " << cfg.num_heads << " query heads";
+    return why.str();
+  }
+  auto divides_either = [](int64_t a, int64_t b) { return a % b == 0 || b % a == 0; };
+  if (!divides_either(cfg.num_kv_heads, m.TP)) {
+    why << "TP = " << m.TP << " and the " << cfg.num_kv_heads << " KV heads: one must divide the other";
+    return why.str();
+  }
+  const int64_t kv_tp = m.TP <= cfg.num_kv_heads ? cfg.num_kv_heads / m.TP : 1;
+  if (!divides_either(kv_tp, m.U)) {
+    why << "U = " << m.U << " and the " << kv_tp << " KV heads per TP rank: one must divide the other";
+    return why.str();
+  }
+  if (m.U * m.TP > D || D % (m.U * m.TP) != 0) {
+    why << "U·TP = " << m.U * m.TP << " must divide the " << D << " devices of a node (Ulysses and TP stay inside a node)";
+    return why.str();
+  }
+  if (m.P > cfg.num_layers) {
+    why << "P = " << m.P << " exceeds the " << cfg.num_layers << " layers";
+    return why.str();
+  }
+  return "";
+}
+
+Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh, int64_t tokens,
+                   const CostOptions& opt) {
+  SLOPE_CHECK(tokens >= 1, "prompt length must be at least 1 token, got ", tokens);
+  if (auto p = mesh_problem(cfg, hw, mesh); !p.empty()) fail("mesh ", mesh.str(), " cannot run ", cfg.architecture, ": ", p);
+  SLOPE_CHECK(cfg.num_layers > 0 && cfg.hidden_size > 0 && cfg.head_dim > 0 && cfg.num_heads > 0 &&
+                  cfg.num_kv_heads > 0 && cfg.intermediate_size > 0 && cfg.vocab_size > 0,
+              "model config is incomplete (layers, hidden, heads, head_dim, intermediate, vocab must be positive)");
+
+  const Mesh& m = mesh;
+  const HeadSplit hs = head_split(cfg, m);
+  const Links lk = links_of(hw, m);
+  const WeightBytes wb = weight_bytes(cfg);
+  const DeviceSpec& dev = hw.device;
+  const double mem_bw = dev.memory_bytes_per_s();
+  const double mm_rate = hw.matmul(opt.compute_dtype).flops_per_s();
+  const double expert_rate =
+      (cfg.mxfp4_experts && dev.matmul.count("mxfp4")) ? hw.matmul("mxfp4").flops_per_s() : mm_rate;
+  const double attn_rate = hw.attention(opt.compute_dtype).flops_per_s();
+  const double wire = opt.wire_bytes;
+  const double kern = dev.kernel_overhead_us * 1e-6;
+
+  const double h = double(cfg.hidden_size), d = double(cfg.head_dim), H = double(cfg.num_heads),
+               KV = double(cfg.num_kv_heads), inter = double(cfg.intermediate_size);
+  const double E = double(cfg.num_experts), k = double(cfg.experts_per_token);
+  const double cp = double(m.R) * m.U;  // ranks a chunk's tokens are split over
+  const double TP = m.TP;
+  const double pair_flops = attention_flops_per_pair(cfg);
+
+  // Chunks of the prompt that flow through the pipeline.
+  const int64_t chunk = (m.chunk <= 0 || m.chunk >= tokens) ? tokens : m.chunk;
+  const int64_t n_chunks = (tokens + chunk - 1) / chunk;
+
+  // Layers of each stage, as even as possible (the first L mod P stages get one more).
+  std::vector<std::vector<int64_t>> stage_layers(m.P);
+  for (int64_t l = 0, s = 0; s < m.P; ++s) {
+    int64_t n = cfg.num_layers / m.P + (s < cfg.num_layers % m.P ? 1 : 0);
+    for (int64_t i = 0; i < n; ++i) stage_layers[s].push_back(l++);
+  }
+
+  // Cost of one layer of window w on one rank for the chunk of queries [p, p + c).
+  auto layer_cost = [&](int64_t w, double p, double c, StageCost& sc) {
+    const double t = c / cp;  // tokens per rank for token-local work (TP ranks share them)
+    // Linear layers: each GEMM is a roofline of its FLOPs and its weight + activation bytes.
+    const double proj_flops = t * 2 * (h * H * d + 2 * h * KV * d + H * d * h) / TP;
+    const double proj_bytes = wb.attention_per_layer / TP + t * wire * (2 * h + (2 * H + 2 * KV) * d / TP);
+    double lin = roof(proj_flops, mm_rate, proj_bytes, mem_bw);
+    double mlp_flops;
+    if (cfg.is_moe()) {
+      const double router_flops = t * 2 * h * E;
+      lin += roof(router_flops, mm_rate, wb.router_per_layer + t * wire * (h + E), mem_bw);
+      // Experts touched by t tokens choosing k of E each (uniform routing): E(1 - (1 - k/E)^t);
+      // each touched expert's weights are read once per chunk.
+      const double touched = E * (1 - std::pow(1 - k / E, t));
+      mlp_flops = t * k * 2 * 3 * h * inter / TP;
+      const double mlp_bytes = touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
+      lin += roof(mlp_flops, expert_rate, mlp_bytes, mem_bw);
+      sc.flops += router_flops;
+    } else {
+      mlp_flops = t * 2 * 3 * h * inter / TP;
+      lin += roof(mlp_flops, mm_rate, wb.mlp_per_layer / TP + t * wire * (2 * h + 3 * inter / TP), mem_bw);
+    }
+    sc.flops += proj_flops + mlp_flops;
+    sc.t.linear += lin;
+    // Element-wise passes in fp32: 2 norms and 2 residuals over hidden, RoPE over q and k,
+    // SwiGLU over the expert (or MLP) intermediate.
+    const double ew_bytes =
+        t * 4 * (8 * h + 2 * (H + KV) * d / TP + (cfg.is_moe() ? 3 * k * inter : 3 * inter) / TP);
+    sc.t.elementwise += ew_bytes / mem_bw;
+
+    const double attn_flops = attention_pairs(int64_t(p), int64_t(p + c), w) * pair_flops / (cp * TP);
+    sc.flops += attn_flops;
+    double kernels = kKernelsPerLayer + 1;
+    if (w <= 0) {
+      const double comp = attn_flops / attn_rate;
+      if (m.U > 1) {
+        // Before: q, k, v of my tokens to the ranks owning their heads; after: o back.
+        const double bytes = t * d * wire * (m.U - 1) * (2 * hs.q_u + 2 * hs.kv_u);
+        sc.ulysses_bytes += bytes;
+        sc.t.ulysses += bytes / hw.node.alltoall.bytes_per_s() + 2 * hw.node.alltoall.latency_s();
+      }
+      if (m.R > 1) {
+        // Ring of R steps; step i computes on the K/V block held while block i+1 travels.
+        // A block is this rank's share of all keys so far: (p + c)/R tokens, kv_u heads.
+        const double block = (p + c) / m.R * hs.kv_u * d * 2 * wire;
+        const double step_comp = comp / m.R;
+        const double step = std::max(step_comp, block / lk.ring_bw) + lk.ring_lat;
+        const double ring = step_comp + (m.R - 1) * step;
+        sc.t.attention += comp;
+        sc.t.ring_exposed += ring - comp;
+        sc.ring_bytes += (m.R - 1) * block;
+        kernels += m.R;
+      } else {
+        sc.t.attention += comp;
+      }
+    } else {
+      // Sliding window: local flash attention on my tokens with all my heads; it reads q, k, v
+      // once, so short windows are memory-bound.
+      const double bytes = t * wire * (H + 2 * KV) * d / TP * 2;
+      sc.t.attention += roof(attn_flops, attn_rate, bytes, mem_bw);
+      if (cp > 1) {
+        // Halo: the previous W-1 tokens' K/V from the shard before each of my segments
+        // (two segments under zigzag ring sharding).
+        const double segs = m.R > 1 ? 2 : 1;
+        const double seg_bytes = double(std::min<int64_t>(w - 1, int64_t(p + c))) * hs.kv_tp * d * 2 * wire;
+        const double bw = m.R > 1 ? lk.ring_bw : hw.node.p2p.bytes_per_s();
+        const double lat = m.R > 1 ? lk.ring_lat : hw.node.p2p.latency_s();
+        sc.halo_bytes += segs * seg_bytes;
+        sc.t.halo += segs * (lat + seg_bytes / bw);
+      }
+    }
+    if (m.TP > 1) {
+      // Two all-reduces of [t, hidden] per layer (after o_proj and after the MLP); ring
+      // all-reduce moves 2(TP-1)/TP of the buffer at the bus bandwidth.
+      const double bytes = t * h * wire * 2 * (TP - 1) / TP;
+      sc.allreduce_bytes += 2 * bytes;
+      sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + hw.node.allreduce.latency_s());
+    }
+    sc.t.overhead += kernels * kern;
+  };
+
+  // Per stage, per chunk costs.
+  std::vector<std::vector<StageCost>> cost(m.P, std::vector<StageCost>(n_chunks));
+  for (int s = 0; s < m.P; ++s) {
+    for (int64_t j = 0; j < n_chunks; ++j) {
+      const double p = double(j * chunk), c = double(std::min(chunk, tokens - j * chunk));
+      StageCost& sc = cost[s][j];
+      // Layers with the same window cost the same: evaluate each window once, scale by count.
+      std::map<int64_t, int> windows;
+      for (int64_t l : stage_layers[s]) ++windows[window_of(cfg, l)];
+      for (const auto& [w, count] : windows) {
+        StageCost one;
+        layer_cost(w, p, c, one);
+        add_scaled(sc, one, count);
+      }
+      if (s == m.P - 1 && j == n_chunks - 1) {
+        // lm_head on the last token only (prefill returns the first token's logits).
+        const double head_bytes = (wb.lm_head > 0 ? wb.lm_head : wb.embedding) / TP;
+        sc.t.lm_head += roof(lm_head_flops_per_token(cfg) / TP, mm_rate, head_bytes, mem_bw) + kern;
+        sc.flops += lm_head_flops_per_token(cfg) / TP;
+      }
+    }
+  }
+
+  // Activation hop from stage s to s+1 for chunk j: each rank sends its tokens' hidden state.
+  auto hop = [&](int s, int64_t j, double* bytes_out) {
+    const double c = double(std::min(chunk, tokens - j * chunk));
+    const double bytes = c / cp * h * wire / TP;
+    if (bytes_out) *bytes_out += bytes;
+    const int D = hw.node.devices_per_node, st = m.stage_ranks();
+    const bool crosses = st >= D || ((s + 1) * st) % D == 0;
+    return crosses ? lk.pp_net_lat + bytes / lk.pp_net_bw : lk.pp_intra_lat + bytes / lk.pp_intra_bw;
+  };
+
+  // Flow shop (chunks in order through stages): finish[s][j] =
+  //   max(finish[s-1][j] + hop, finish[s][j-1]) + time[s][j].
+  std::vector<double> prev(n_chunks, 0.0), cur(n_chunks, 0.0);
+  for (int s = 0; s < m.P; ++s) {
+    for (int64_t j = 0; j < n_chunks; ++j) {
+      double ready = s > 0 ? prev[j] + hop(s - 1, j, nullptr) : 0.0;
+      double free = j > 0 ? cur[j - 1] : 0.0;
+      cur[j] = std::max(ready, free) + cost[s][j].t.total();
+    }
+    std::swap(prev, cur);
+  }
+  const double makespan = prev[n_chunks - 1];
+
+  Prediction out;
+  out.mesh = m;
+  out.tokens = tokens;
+  out.chunks = n_chunks;
+  out.ttft_s = makespan;
+
+  // The busiest stage sets throughput and gives the breakdown; the rest of the makespan is
+  // pipeline fill (bubble and activation hops).
+  int busiest = 0;
+  double busiest_time = -1;
+  for (int s = 0; s < m.P; ++s) {
+    double busy = 0;
+    for (const auto& sc : cost[s]) busy += sc.t.total();
+    if (busy > busiest_time) busiest_time = busy, busiest = s;
+  }
+  out.service_s = busiest_time;
+  for (const auto& sc : cost[busiest]) {
+    PhaseTimes& a = out.phases;
+    const PhaseTimes& b = sc.t;
+    a.linear += b.linear, a.elementwise += b.elementwise, a.attention += b.attention, a.ulysses += b.ulysses;
+    a.ring_exposed += b.ring_exposed, a.halo += b.halo, a.tp_allreduce += b.tp_allreduce;
+    a.overhead += b.overhead, a.lm_head += b.lm_head;
+    out.flops_per_rank += sc.flops;
+    out.ulysses_bytes += sc.ulysses_bytes, out.ring_bytes += sc.ring_bytes, out.halo_bytes += sc.halo_bytes;
+    out.allreduce_bytes += sc.allreduce_bytes;
+  }
+  out.phases.pipeline_fill = std::max(0.0, makespan - busiest_time);
+  if (m.P > 1 && busiest < m.P - 1)
+    for (int64_t j = 0; j < n_chunks; ++j) hop(busiest, j, &out.pipeline_bytes);
+  for (int s = 0; s < m.P; ++s)
+    for (const auto& sc : cost[s]) out.flops_total += sc.flops * m.stage_ranks();
+
+  // Memory of the fullest rank: per stage, weights + KV + attention workspace + activations.
+  const double tokens_rank = double(tokens) / cp;
+  const double t_chunk = double(chunk) / cp;
+  for (int s = 0; s < m.P; ++s) {
+    MemoryUse mu;
+    double full = 0, sliding = 0;
+    int64_t max_window = 0;
+    for (int64_t l : stage_layers[s]) {
+      int64_t w = window_of(cfg, l);
+      (w > 0 ? sliding : full) += 1;
+      max_window = std::max(max_window, w);
+    }
+    const double layers = full + sliding;
+    mu.weights = layers * (wb.per_layer() - wb.norms_per_layer) / TP + layers * wb.norms_per_layer;
+    if (s == 0) mu.weights += wb.embedding / TP;
+    if (s == m.P - 1) mu.weights += (wb.lm_head > 0 ? wb.lm_head : (m.P > 1 ? wb.embedding : 0)) / TP + wb.final_norm;
+    // KV kept: every token of my shard for full layers, only the last W for sliding layers.
+    const double kv_tok = hs.kv_tp * d * 2 * 2;  // bf16 K and V, my heads
+    mu.kv_cache = full * tokens_rank * kv_tok + sliding * std::min(double(max_window), tokens_rank) * kv_tok;
+    // Attention workspace for the last chunk of a full layer: K/V gathered by Ulysses
+    // (tokens/R, kv_u heads) and the ring's double buffer of one block each.
+    if (full > 0) {
+      const double gathered = double(tokens) / m.R * hs.kv_u * d * 2 * wire;
+      mu.attention_workspace = (m.U > 1 ? gathered : 0) + (m.R > 1 ? 2 * gathered : 0);
+    }
+    // Working set of one layer for one chunk, per token: fp32 residual, norm output and
+    // delta; q, k, v before and after the all-to-all; fp32 attention output; the expert
+    // (or MLP) intermediate for the k chosen experts in fp32; router logits; two pipeline
+    // receive buffers. Plus fp32 logits for the last token.
+    const double per_tok = 4 * 3 * h + wire * 2 * (hs.q_tp + 2 * hs.kv_tp) * d + 4 * hs.q_tp * d +
+                           4 * (cfg.is_moe() ? k * 3 * inter + E : 3 * inter) / TP + 2 * h * wire;
+    mu.activations = t_chunk * per_tok + 4 * double(cfg.vocab_size);
+    if (mu.total() > out.memory.total()) out.memory = mu;
+  }
+  out.memory_capacity = dev.usable_memory_bytes();
+  out.fits = out.memory.total() <= out.memory_capacity;
+  return out;
+}
+
+}  // namespace slope::planner

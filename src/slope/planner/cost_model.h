@@ -1,0 +1,128 @@
+// The cost model: for a model config, a mesh, a prompt length and a hardware profile, predict
+// the time to first token of one prefill, its per-phase breakdown, and the peak memory of a
+// rank. Equations and assumptions are in docs/planner.md; every formula here has its line
+// there. Times are seconds, sizes bytes, FLOPs counted as 2 per multiply-add.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "slope/model/config.h"
+#include "slope/planner/hardware_profile.h"
+
+namespace slope::planner {
+
+// One engine instance's parallel layout. Rank order: pipeline stage outermost, ring next,
+// Ulysses, then tensor parallelism innermost; U·TP ranks share a node.
+struct Mesh {
+  int U = 1;          // Ulysses degree (all-to-all over heads, inside a node)
+  int R = 1;          // ring degree (K/V passed around, across nodes)
+  int P = 1;          // pipeline stages (layers split; sequence chunks flow stage to stage)
+  int TP = 1;         // tensor parallel degree (heads and weights split, inside a node)
+  int64_t chunk = 0;  // tokens per pipeline chunk; 0 = the whole prompt in one chunk
+
+  int ranks() const { return U * R * P * TP; }
+  int stage_ranks() const { return U * R * TP; }
+  std::string str() const;  // "U8 R2 P2 chunk 16384", "TP8"
+};
+
+// ---- Pure arithmetic on the model (no hardware) --------------------------------------------
+
+// Per token and per layer: attention projections (q, k, v, o), router and the top-k experts,
+// or the dense SwiGLU MLP. Biases, norms and activations are not counted (as in
+// gpt-oss-model.md section 7).
+double linear_flops_per_token_layer(const model::ModelConfig& cfg);
+// lm_head for one token: 2·hidden·vocab.
+double lm_head_flops_per_token(const model::ModelConfig& cfg);
+// FLOPs of one (query, key) pair in one layer, QK and PV over all query heads: 4·H·head_dim.
+double attention_flops_per_pair(const model::ModelConfig& cfg);
+// Exact number of (query, key) pairs a causal mask with window W (0 = full) keeps for the
+// queries at global positions [q0, q1): Σ_q min(q + 1, W).
+double attention_pairs(int64_t q0, int64_t q1, int64_t window);
+
+struct FlopCount {
+  double linear = 0;             // all layers, all tokens
+  double attention_full = 0;     // full causal layers
+  double attention_sliding = 0;  // sliding-window layers
+  double lm_head = 0;            // last token only
+  double total() const { return linear + attention_full + attention_sliding + lm_head; }
+};
+FlopCount prefill_flops(const model::ModelConfig& cfg, int64_t tokens);
+
+// Parameter bytes as SLOPE stores them on a device: bf16 everything except norms (fp32) and,
+// when the checkpoint is MXFP4, expert matrices at 4.25 bits per parameter (4-bit values plus
+// one e8m0 scale per 32); expert biases stay bf16.
+struct WeightBytes {
+  double attention_per_layer = 0;  // q, k, v, o weights and biases, sinks
+  double router_per_layer = 0;
+  double mlp_per_layer = 0;        // all experts (or the dense MLP)
+  double expert_bytes = 0;         // one expert (0 for dense models)
+  double norms_per_layer = 0;
+  double embedding = 0;
+  double lm_head = 0;              // 0 when tied to the embedding
+  double final_norm = 0;
+  double per_layer() const { return attention_per_layer + router_per_layer + mlp_per_layer + norms_per_layer; }
+  double total(int64_t layers) const { return per_layer() * layers + embedding + lm_head + final_norm; }
+};
+WeightBytes weight_bytes(const model::ModelConfig& cfg);
+
+// K and V bytes of one token in one layer (bf16): 2·kv_heads·head_dim·2.
+double kv_bytes_per_token_layer(const model::ModelConfig& cfg);
+
+// ---- The prediction -------------------------------------------------------------------------
+
+struct CostOptions {
+  std::string compute_dtype = "bf16";  // matmul and attention rates used from the profile
+  double wire_bytes = 2;               // bytes per element of activations and K/V on the wire
+};
+
+// Seconds on the critical path of one request; they add up to ttft_s.
+struct PhaseTimes {
+  double linear = 0;           // projections, router, experts / MLP
+  double elementwise = 0;      // norms, RoPE, SwiGLU, residuals (memory-bound)
+  double attention = 0;        // attention kernels (full and sliding layers)
+  double ulysses = 0;          // all-to-alls before and after attention
+  double ring_exposed = 0;     // ring transfer time not hidden behind block attention
+  double halo = 0;             // sliding-window K/V halo exchange
+  double tp_allreduce = 0;
+  double overhead = 0;         // kernel launches
+  double lm_head = 0;
+  double pipeline_fill = 0;    // bubble + stage-to-stage activation transfers
+  double total() const;
+};
+
+struct MemoryUse {
+  double weights = 0;      // this rank's parameters
+  double kv_cache = 0;     // K/V kept for the decode engine (full layers; last W for sliding)
+  double attention_workspace = 0;  // gathered K/V of one layer and the ring's two buffers
+  double activations = 0;  // the largest layer's working set for one chunk
+  double total() const { return weights + kv_cache + attention_workspace + activations; }
+};
+
+struct Prediction {
+  Mesh mesh;
+  int64_t tokens = 0;
+  int64_t chunks = 1;
+  double ttft_s = 0;     // one request on an idle instance
+  double service_s = 0;  // how long the busiest stage is occupied per request (throughput bound)
+  PhaseTimes phases;     // ttft_s broken down (the busiest stage, plus pipeline fill)
+  double flops_per_rank = 0;  // over the whole prefill, the busiest stage's rank
+  double flops_total = 0;     // all ranks (includes replication, e.g. KV heads)
+  // Bytes one rank sends over the whole prefill, per kind.
+  double ulysses_bytes = 0, ring_bytes = 0, halo_bytes = 0, pipeline_bytes = 0, allreduce_bytes = 0;
+  MemoryUse memory;           // the fullest rank
+  double memory_capacity = 0; // usable bytes per device
+  bool fits = false;
+};
+
+// Empty when the mesh can run the model on this hardware; otherwise why not (heads not
+// divisible, Ulysses or TP group larger than a node, more stages than layers, ...).
+std::string mesh_problem(const model::ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh);
+
+// Predicts one prefill of `tokens` tokens. Throws slope::Error if mesh_problem() is non-empty
+// or tokens < 1.
+Prediction predict(const model::ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh,
+                   int64_t tokens, const CostOptions& opt = {});
+
+}  // namespace slope::planner

@@ -1,0 +1,200 @@
+#include "slope/planner/hardware_profile.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "slope/core/error.h"
+
+namespace slope::planner {
+namespace {
+
+using nlohmann::json;
+
+// Field readers that name the file and the JSON path of anything wrong, and say what a
+// valid value looks like.
+struct Reader {
+  std::string source;
+
+  const json& object(const json& parent, const std::string& key, const std::string& path) const {
+    auto it = parent.find(key);
+    SLOPE_CHECK(it != parent.end(), source, ": missing object \"", path, key,
+                "\"; see docs/planner.md (profile schema) for the fields it needs");
+    SLOPE_CHECK(it->is_object(), source, ": \"", path, key, "\" must be a JSON object");
+    return *it;
+  }
+
+  double number(const json& parent, const std::string& key, const std::string& path, double lo,
+                double hi, bool lo_open = false) const {
+    auto it = parent.find(key);
+    SLOPE_CHECK(it != parent.end(), source, ": missing number \"", path, key,
+                "\"; see docs/planner.md (profile schema)");
+    SLOPE_CHECK(it->is_number(), source, ": \"", path, key, "\" must be a number, got ",
+                it->dump());
+    double v = it->get<double>();
+    bool ok = (lo_open ? v > lo : v >= lo) && v <= hi;
+    SLOPE_CHECK(ok, source, ": \"", path, key, "\" = ", v, " is out of range; expected ",
+                lo_open ? "(" : "[", lo, ", ", hi, "]");
+    return v;
+  }
+
+  double number_or(const json& parent, const std::string& key, const std::string& path,
+                   double dflt, double lo, double hi) const {
+    if (!parent.contains(key)) return dflt;
+    return number(parent, key, path, lo, hi);
+  }
+
+  std::string text(const json& parent, const std::string& key, const std::string& path,
+                   bool required = true) const {
+    auto it = parent.find(key);
+    if (it == parent.end()) {
+      SLOPE_CHECK(!required, source, ": missing string \"", path, key, "\"");
+      return "";
+    }
+    SLOPE_CHECK(it->is_string(), source, ": \"", path, key, "\" must be a string");
+    return it->get<std::string>();
+  }
+
+  ComputeRate rate(const json& j, const std::string& path) const {
+    SLOPE_CHECK(j.is_object(), source, ": \"", path, "\" must be an object like ",
+                "{\"peak_tflops\": 181.0, \"efficiency\": 0.55}");
+    ComputeRate r;
+    r.peak_tflops = number(j, "peak_tflops", path + ".", 0, 1e6, true);
+    r.efficiency = number(j, "efficiency", path + ".", 0, 1, true);
+    return r;
+  }
+
+  std::map<std::string, ComputeRate> rates(const json& parent, const std::string& key,
+                                           const std::string& path) const {
+    const json& o = object(parent, key, path);
+    std::map<std::string, ComputeRate> out;
+    for (auto it = o.begin(); it != o.end(); ++it) out[it.key()] = rate(it.value(), path + key + "." + it.key());
+    SLOPE_CHECK(!out.empty(), source, ": \"", path, key, "\" lists no dtype; give at least ",
+                "\"bf16\": {\"peak_tflops\": ..., \"efficiency\": ...}");
+    return out;
+  }
+
+  LinkRate link(const json& parent, const std::string& key, const std::string& path) const {
+    const json& o = object(parent, key, path);
+    LinkRate l;
+    l.bandwidth_gbs = number(o, "bandwidth_gbs", path + key + ".", 0, 1e5, true);
+    l.latency_us = number(o, "latency_us", path + key + ".", 0, 1e6);
+    return l;
+  }
+};
+
+}  // namespace
+
+namespace {
+// The rate for dtype; a profile measured on a CPU (slope calibrate) may only have "fp32".
+std::map<std::string, ComputeRate>::const_iterator find_rate(const std::map<std::string, ComputeRate>& m,
+                                                             const std::string& dtype) {
+  auto it = m.find(dtype);
+  if (it == m.end() && dtype == "bf16") it = m.find("fp32");
+  return it;
+}
+}  // namespace
+
+const ComputeRate& HardwareProfile::matmul(const std::string& dtype) const {
+  auto it = find_rate(device.matmul, dtype);
+  SLOPE_CHECK(it != device.matmul.end(), "hardware profile '", name, "' has no matmul rate for dtype '",
+              dtype, "'; add device.matmul.", dtype, " to ", origin.empty() ? "the profile" : origin);
+  return it->second;
+}
+
+const ComputeRate& HardwareProfile::attention(const std::string& dtype) const {
+  auto it = find_rate(device.attention, dtype);
+  SLOPE_CHECK(it != device.attention.end(), "hardware profile '", name,
+              "' has no attention rate for dtype '", dtype, "'; add device.attention.", dtype, " to ",
+              origin.empty() ? "the profile" : origin);
+  return it->second;
+}
+
+HardwareProfile parse_profile(const std::string& json_text, const std::string& source) {
+  json j;
+  try {
+    j = json::parse(json_text);
+  } catch (const json::parse_error& e) {
+    fail(source, ": not valid JSON (", e.what(), "); fix the syntax at the byte it names");
+  }
+  Reader r{source};
+  SLOPE_CHECK(j.is_object(), source, ": a hardware profile is a JSON object; see docs/planner.md");
+  const std::string schema = r.text(j, "schema", "");
+  SLOPE_CHECK(schema == "slope-hardware-profile/1", source, ": \"schema\" is \"", schema,
+              "\"; this SLOPE reads \"slope-hardware-profile/1\"");
+
+  HardwareProfile p;
+  p.origin = source;
+  p.name = r.text(j, "name", "");
+  SLOPE_CHECK(!p.name.empty(), source, ": \"name\" must not be empty");
+  p.description = r.text(j, "description", "", false);
+
+  const json& d = r.object(j, "device", "");
+  p.device.name = r.text(d, "name", "device.");
+  p.device.memory_gb = r.number(d, "memory_gb", "device.", 0, 1e5, true);
+  p.device.usable_memory_fraction = r.number_or(d, "usable_memory_fraction", "device.", 0.9, 0.05, 1.0);
+  p.device.memory_bandwidth_gbs = r.number(d, "memory_bandwidth_gbs", "device.", 0, 1e6, true);
+  p.device.memory_efficiency = r.number_or(d, "memory_efficiency", "device.", 0.8, 0.01, 1.0);
+  p.device.kernel_overhead_us = r.number_or(d, "kernel_overhead_us", "device.", 0.0, 0.0, 1e5);
+  p.device.matmul = r.rates(d, "matmul", "device.");
+  p.device.attention = r.rates(d, "attention", "device.");
+
+  const json& n = r.object(j, "node", "");
+  p.node.devices_per_node = static_cast<int>(r.number(n, "devices_per_node", "node.", 1, 4096));
+  SLOPE_CHECK(n["devices_per_node"].is_number_integer(), source,
+              ": \"node.devices_per_node\" must be a whole number");
+  p.node.p2p = r.link(n, "p2p", "node.");
+  p.node.alltoall = r.link(n, "alltoall", "node.");
+  p.node.allreduce = r.link(n, "allreduce", "node.");
+
+  const json& w = r.object(j, "network", "");
+  p.network.description = r.text(w, "description", "network.");
+  p.network.bandwidth_gbs_per_node = r.number(w, "bandwidth_gbs_per_node", "network.", 0, 1e5, true);
+  p.network.bandwidth_gbs_per_device =
+      r.number(w, "bandwidth_gbs_per_device", "network.", 0, 1e5, true);
+  p.network.latency_us = r.number(w, "latency_us", "network.", 0, 1e6);
+
+  auto src = j.find("sources");
+  SLOPE_CHECK(src != j.end() && src->is_array() && !src->empty(), source,
+              ": \"sources\" must be a non-empty array of {\"what\", \"value\", \"source\"}; ",
+              "a profile without sources is not trusted by the planner");
+  for (size_t i = 0; i < src->size(); ++i) {
+    const json& s = (*src)[i];
+    std::string path = "sources[" + std::to_string(i) + "].";
+    SLOPE_CHECK(s.is_object(), source, ": \"", path, "\" must be an object");
+    p.sources.push_back({r.text(s, "what", path), r.text(s, "value", path), r.text(s, "source", path)});
+  }
+  if (auto a = j.find("assumptions"); a != j.end()) {
+    SLOPE_CHECK(a->is_array(), source, ": \"assumptions\" must be an array of strings");
+    for (const auto& s : *a) {
+      SLOPE_CHECK(s.is_string(), source, ": \"assumptions\" must be an array of strings");
+      p.assumptions.push_back(s.get<std::string>());
+    }
+  }
+  return p;
+}
+
+HardwareProfile load_profile(const std::string& path) {
+  std::string file = path;
+  bool bare = path.find('/') == std::string::npos && path.find(".json") == std::string::npos;
+  if (bare) file = "profiles/" + path + ".json";
+  std::ifstream in(file);
+  SLOPE_CHECK(in, "cannot read hardware profile '", file, "'",
+              bare ? " (a bare name is looked up as profiles/NAME.json in the current directory; "
+                     "run from the source tree or pass the file's path)"
+                   : "; pass the path of a profile JSON file, e.g. profiles/mi250-gcd.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return parse_profile(ss.str(), file);
+}
+
+HardwareProfile scale_efficiency(HardwareProfile p, double factor) {
+  SLOPE_CHECK(factor > 0, "efficiency scale must be positive, got ", factor);
+  for (auto* m : {&p.device.matmul, &p.device.attention})
+    for (auto& [dtype, r] : *m) r.efficiency = std::min(1.0, r.efficiency * factor);
+  return p;
+}
+
+}  // namespace slope::planner
