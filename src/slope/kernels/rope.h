@@ -14,14 +14,22 @@ struct RopeConfig {
   std::string type = "default";  // "default" | "llama3" | "yarn"
   double theta = 10000.0;
   int64_t head_dim = 0;          // rotary dimension (= head_dim for every supported model)
-  double factor = 1.0;           // llama3, yarn
+  // llama3, yarn. Used as given (as current HF does). Some HF releases replaced yarn's factor by
+  // max_position_embeddings / original_max_position_embeddings when the latter is set; the
+  // config parser decides (the two agree for gpt-oss: 131072 / 4096 = 32).
+  double factor = 1.0;
   double low_freq_factor = 1.0;  // llama3
   double high_freq_factor = 4.0; // llama3
   int64_t original_max_position_embeddings = 0;  // llama3, yarn
   double beta_fast = 32.0;       // yarn
   double beta_slow = 1.0;        // yarn
   bool truncate = true;          // yarn: floor/ceil the correction range (gpt-oss: false)
-  double attention_factor = 0.0; // yarn: 0 = default 0.1·ln(factor) + 1
+  double attention_factor = 0.0; // yarn: 0 = default get_mscale(factor) (below)
+  // yarn, DeepSeek-style (HF rope_scaling "mscale"/"mscale_all_dim"; 0 = absent). With both
+  // set and attention_factor 0: attention_factor = get_mscale(factor, mscale) /
+  // get_mscale(factor, mscale_all_dim), where get_mscale(s, m) = 0.1·m·ln(s) + 1 (1 if s <= 1).
+  double mscale = 0.0;
+  double mscale_all_dim = 0.0;
 };
 
 class Rope {

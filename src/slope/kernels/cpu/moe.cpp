@@ -1,0 +1,189 @@
+#include "slope/kernels/moe.h"
+
+// GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
+// (_mm512_undefined_* in the headers, GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "slope/core/error.h"
+
+namespace slope::kernels {
+
+// ---------------------------------------------------------------- routing
+
+void route_topk_softmax(const float* logits, int64_t n, int64_t E, int k, int32_t* ids,
+                        float* weights) {
+  SLOPE_CHECK(k >= 1 && k <= E, "route_topk_softmax: k = ", k, " must be in [1, ", E, "]");
+#pragma omp parallel for schedule(static) if (n * E >= (1 << 16))
+  for (int64_t t = 0; t < n; ++t) {
+    const float* l = logits + t * E;
+    int32_t* id = ids + t * k;
+    float* w = weights + t * k;
+    // Insertion into a sorted list of k: strictly greater logits move ahead, so equal logits
+    // keep the lower expert index first (deterministic tie rule).
+    int filled = 0;
+    for (int64_t e = 0; e < E; ++e) {
+      const float v = l[e];
+      if (filled == k && !(v > l[id[k - 1]])) continue;
+      int pos = filled < k ? filled++ : k - 1;
+      while (pos > 0 && v > l[id[pos - 1]]) {
+        id[pos] = id[pos - 1];
+        --pos;
+      }
+      id[pos] = int32_t(e);
+    }
+    // Softmax over the k selected logits only; id[0] holds the max.
+    const double m = l[id[0]];
+    double sum = 0.0;
+    for (int j = 0; j < k; ++j) sum += std::exp(double(l[id[j]]) - m);
+    for (int j = 0; j < k; ++j) w[j] = float(std::exp(double(l[id[j]]) - m) / sum);
+  }
+}
+
+// ---------------------------------------------------------------- grouping
+
+ExpertGroups group_by_expert(const int32_t* ids, const float* weights, int64_t n, int k,
+                             int64_t E) {
+  ExpertGroups g;
+  const int64_t slots = n * k;
+  g.offsets.assign(E + 1, 0);
+  for (int64_t s = 0; s < slots; ++s) {
+    SLOPE_CHECK(ids[s] >= 0 && ids[s] < E, "group_by_expert: expert id ", ids[s], " at slot ", s,
+                " is outside [0, ", E, ")");
+    ++g.offsets[ids[s] + 1];
+  }
+  for (int64_t e = 0; e < E; ++e) g.offsets[e + 1] += g.offsets[e];
+  g.token.resize(slots);
+  g.weight.resize(slots);
+  std::vector<int64_t> next(g.offsets.begin(), g.offsets.end() - 1);
+  for (int64_t s = 0; s < slots; ++s) {  // slot order = token order: stable by token
+    const int64_t r = next[ids[s]]++;
+    g.token[r] = s / k;
+    g.weight[r] = weights[s];
+  }
+  return g;
+}
+
+void gather_rows(const float* src, const int64_t* rows, int64_t m, int64_t dim, float* dst) {
+#pragma omp parallel for schedule(static) if (m * dim >= (1 << 15))
+  for (int64_t r = 0; r < m; ++r)
+    std::memcpy(dst + r * dim, src + rows[r] * dim, size_t(dim) * sizeof(float));
+}
+
+void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m,
+                      int64_t dim, float* dst) {
+  // Rows may repeat, so r stays serial; threads split the columns instead, which keeps the
+  // summation order of every element the same as the serial loop.
+  constexpr int64_t kCols = 256;
+  const int64_t nchunks = (dim + kCols - 1) / kCols;
+#pragma omp parallel for schedule(static) if (m * dim >= (1 << 15) && nchunks > 1)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    const int64_t c0 = c * kCols, c1 = std::min(dim, c0 + kCols);
+    for (int64_t r = 0; r < m; ++r) {
+      const float wr = w[r];
+      const float* s = src + r * dim;
+      float* d = dst + rows[r] * dim;
+#pragma omp simd
+      for (int64_t j = c0; j < c1; ++j) d[j] += wr * s[j];
+    }
+  }
+}
+
+// ---------------------------------------------------------------- activations
+
+namespace {
+
+#if defined(__AVX512F__)
+// exp(x) for f32 lanes: x = n·ln2 + r, |r| <= ln2/2, exp(r) by the Cephes expf polynomial
+// (about 1 ulp), then scaled by 2^n with vscalefps (which also gives 0 and inf at the ends).
+inline __m512 exp512(__m512 x) {
+  x = _mm512_max_ps(_mm512_min_ps(x, _mm512_set1_ps(100.f)), _mm512_set1_ps(-110.f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+  p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.f)));
+  return _mm512_scalef_ps(p, n);
+}
+
+// sigmoid(z) = 1 / (1 + exp(−z))
+inline __m512 sigmoid512(__m512 z) {
+  const __m512 one = _mm512_set1_ps(1.f);
+  return _mm512_div_ps(one, _mm512_add_ps(one, exp512(_mm512_sub_ps(_mm512_setzero_ps(), z))));
+}
+
+inline __m512 swiglu_oai16(__m512 gate, __m512 up, __m512 alpha, __m512 limit) {
+  gate = _mm512_min_ps(gate, limit);
+  up = _mm512_max_ps(_mm512_min_ps(up, limit), _mm512_sub_ps(_mm512_setzero_ps(), limit));
+  const __m512 glu = _mm512_mul_ps(gate, sigmoid512(_mm512_mul_ps(gate, alpha)));
+  return _mm512_mul_ps(_mm512_add_ps(up, _mm512_set1_ps(1.f)), glu);
+}
+#endif
+
+inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+
+}  // namespace
+
+void swiglu_oai(const float* gu, int64_t m, int64_t I, float alpha, float limit, float* out) {
+#pragma omp parallel for schedule(static) if (m * I >= (1 << 14))
+  for (int64_t r = 0; r < m; ++r) {
+    const float* g = gu + r * 2 * I;  // [gate0, up0, gate1, up1, ...]
+    float* o = out + r * I;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    const __m512 va = _mm512_set1_ps(alpha), vl = _mm512_set1_ps(limit);
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (; i < I; i += 16) {
+      const int64_t left = std::min<int64_t>(16, I - i);
+      const __mmask16 m_lo = left >= 8 ? 0xffff : __mmask16((1u << (2 * left)) - 1);
+      const __mmask16 m_hi = left > 8 ? __mmask16((1u << (2 * (left - 8))) - 1) : 0;
+      const __m512 a = _mm512_maskz_loadu_ps(m_lo, g + 2 * i);
+      const __m512 b = _mm512_maskz_loadu_ps(m_hi, g + 2 * i + 16);
+      const __m512 gate = _mm512_permutex2var_ps(a, even, b);
+      const __m512 up = _mm512_permutex2var_ps(a, odd, b);
+      _mm512_mask_storeu_ps(o + i, __mmask16((1u << left) - 1),
+                            swiglu_oai16(gate, up, va, vl));
+    }
+#endif
+    for (; i < I; ++i) {
+      const float gate = std::min(g[2 * i], limit);
+      const float up = std::clamp(g[2 * i + 1], -limit, limit);
+      o[i] = (up + 1.0f) * (gate * sigmoid(gate * alpha));
+    }
+  }
+}
+
+void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out) {
+#pragma omp parallel for schedule(static) if (m * I >= (1 << 14))
+  for (int64_t r = 0; r < m; ++r) {
+    const float* g = gate_up + r * 2 * I;
+    const float* u = g + I;
+    float* o = out + r * I;
+    int64_t i = 0;
+#if defined(__AVX512F__)
+    for (; i < I; i += 16) {
+      const int64_t left = std::min<int64_t>(16, I - i);
+      const __mmask16 mk = __mmask16((1u << left) - 1);
+      const __m512 gv = _mm512_maskz_loadu_ps(mk, g + i);
+      const __m512 uv = _mm512_maskz_loadu_ps(mk, u + i);
+      _mm512_mask_storeu_ps(o + i, mk, _mm512_mul_ps(_mm512_mul_ps(gv, sigmoid512(gv)), uv));
+    }
+#endif
+    for (; i < I; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
+  }
+}
+
+}  // namespace slope::kernels

@@ -1,0 +1,244 @@
+// Linear and gemm_f32 against a naive double-precision reference.
+//
+// Tolerance (both compute types): |y − ref| <= kRelTol · Σ_k |x_k·w_k| (+ |b| + |y0|), i.e.
+// relative to the magnitude of the terms summed, which bounds f32 accumulation error
+// independently of cancellation. For BF16 the reference is computed from the bf16-rounded
+// inputs, so only the f32 accumulation error remains and the same tolerance applies.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "slope/core/error.h"
+#include "slope/core/half.h"
+#include "slope/kernels/gemm.h"
+
+namespace slope::kernels {
+namespace {
+
+constexpr double kRelTol = 1e-5;
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// Random normal fp16 bit patterns with magnitudes in about [2^-5, 2^2).
+std::vector<uint16_t> random_f16(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> v(n);
+  for (auto& h : v) {
+    uint32_t r = rng();
+    uint16_t sign = uint16_t((r & 1u) << 15);
+    uint16_t exp = uint16_t(10 + (r >> 1) % 7);
+    uint16_t man = uint16_t((r >> 4) & 0x3ffu);
+    h = uint16_t(sign | exp << 10 | man);
+  }
+  return v;
+}
+
+struct Weights {
+  std::vector<float> f32;      // source values as f32 (exact for every source dtype)
+  std::vector<uint16_t> bits;  // BF16 / F16 source bits
+  const void* data(DType t) const { return t == DType::F32 ? (const void*)f32.data() : bits.data(); }
+};
+
+Weights make_weights(int64_t n, DType t, uint32_t seed) {
+  Weights w;
+  if (t == DType::F16) {
+    w.bits = random_f16(n, seed);
+    for (auto h : w.bits) w.f32.push_back(f16_to_f32(h));
+  } else {
+    w.f32 = random_floats(n, seed);
+    if (t == DType::BF16) {
+      for (auto& x : w.f32) {
+        w.bits.push_back(f32_to_bf16(x));
+        x = bf16_to_f32(w.bits.back());
+      }
+    }
+  }
+  return w;
+}
+
+// y_ref[i,j] = Σ_k x[i,k]·W(j,k) + b[j] (+ y0), and the magnitude Σ|terms| for the tolerance.
+void reference(const std::vector<float>& x, const std::vector<float>& w, WeightLayout layout,
+               const float* bias, const std::vector<float>* y0, int64_t M, int64_t N, int64_t K,
+               bool round_bf16_inputs, std::vector<double>& ref, std::vector<double>& mag) {
+  ref.assign(M * N, 0.0);
+  mag.assign(M * N, 0.0);
+  auto rx = [&](float v) { return double(round_bf16_inputs ? round_bf16(v) : v); };
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        float wv = layout == WeightLayout::OutIn ? w[j * K + k] : w[k * N + j];
+        double t = rx(x[i * K + k]) * rx(wv);
+        s += t;
+        m += std::abs(t);
+      }
+      if (bias) s += bias[j], m += std::abs(bias[j]);
+      if (y0) s += (*y0)[i * N + j], m += std::abs((*y0)[i * N + j]);
+      ref[i * N + j] = s;
+      mag[i * N + j] = m;
+    }
+}
+
+void expect_close(const std::vector<float>& y, const std::vector<double>& ref,
+                  const std::vector<double>& mag, const std::string& what) {
+  int bad = 0;
+  for (size_t i = 0; i < y.size() && bad < 5; ++i) {
+    const double err = std::abs(double(y[i]) - ref[i]);
+    if (!(err <= kRelTol * mag[i] + 1e-30)) {
+      ADD_FAILURE() << what << " index " << i << ": got " << y[i] << " want " << ref[i]
+                    << " (err " << err << ", bound " << kRelTol * mag[i] << ")";
+      ++bad;
+    }
+  }
+}
+
+using Param = std::tuple<std::pair<int64_t, int64_t>, WeightLayout, DType, ComputeType, bool>;
+
+class LinearTest : public ::testing::TestWithParam<Param> {};
+
+TEST_P(LinearTest, MatchesDoubleReference) {
+  const auto [nk, layout, wdtype, ct, with_bias] = GetParam();
+  const auto [N, K] = nk;
+  const Weights w = make_weights(N * K, wdtype, 7 + uint32_t(N * 31 + K));
+  const std::vector<float> bias = random_floats(N, 99);
+  const float* b = with_bias ? bias.data() : nullptr;
+  const Linear lin(w.data(wdtype), wdtype, layout, N, K, b, ct);
+  EXPECT_EQ(lin.out_features(), N);
+  EXPECT_EQ(lin.in_features(), K);
+  EXPECT_GE(lin.weight_bytes(), size_t(N * K) * (ct == ComputeType::BF16 ? 2 : 4));
+  const bool bf16 = ct == ComputeType::BF16;
+
+  // Several M on one Linear: the packed layout chosen at construction must serve them all.
+  for (int64_t M : {1, 3, 17, 130}) {
+    const auto x = random_floats(M * K, uint32_t(M * 1000 + K));
+    for (bool acc : {false, true}) {
+      const auto y0 = random_floats(M * N, uint32_t(M + 5));
+      std::vector<float> y = y0;
+      lin.forward(x.data(), M, y.data(), acc);
+      std::vector<double> ref, mag;
+      reference(x, w.f32, layout, b, acc ? &y0 : nullptr, M, N, K, bf16, ref, mag);
+      expect_close(y, ref, mag, "M=" + std::to_string(M) + (acc ? " accumulate" : ""));
+    }
+  }
+}
+
+std::string param_name(const ::testing::TestParamInfo<Param>& info) {
+  const auto& [nk, layout, wdtype, ct, bias] = info.param;
+  return "N" + std::to_string(nk.first) + "K" + std::to_string(nk.second) +
+         (layout == WeightLayout::OutIn ? "_OutIn" : "_InOut") + "_w" +
+         std::string(dtype_name(wdtype)) + (ct == ComputeType::F32 ? "_f32" : "_bf16") +
+         (bias ? "_bias" : "");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearTest,
+    ::testing::Combine(::testing::Values(std::pair<int64_t, int64_t>{33, 257},
+                                         std::pair<int64_t, int64_t>{257, 33},
+                                         std::pair<int64_t, int64_t>{1, 1}),
+                       ::testing::Values(WeightLayout::OutIn, WeightLayout::InOut),
+                       ::testing::Values(DType::F32, DType::BF16, DType::F16),
+                       ::testing::Values(ComputeType::F32, ComputeType::BF16),
+                       ::testing::Bool()),
+    param_name);
+
+// A shape large enough for oneDNN's K and N blocking to take several blocks.
+TEST(Linear, LargerShapeBothComputeTypes) {
+  const int64_t M = 67, N = 513, K = 1031;
+  const Weights w = make_weights(N * K, DType::F32, 3);
+  const auto bias = random_floats(N, 4);
+  const auto x = random_floats(M * K, 5);
+  for (ComputeType ct : {ComputeType::F32, ComputeType::BF16}) {
+    const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, bias.data(), ct);
+    std::vector<float> y(M * N);
+    lin.forward(x.data(), M, y.data());
+    std::vector<double> ref, mag;
+    reference(x, w.f32, WeightLayout::OutIn, bias.data(), nullptr, M, N, K,
+              ct == ComputeType::BF16, ref, mag);
+    expect_close(y, ref, mag, ct == ComputeType::F32 ? "f32" : "bf16");
+  }
+}
+
+TEST(Linear, ConcurrentForwardWithDistinctOutputs) {
+  const int64_t N = 65, K = 129;
+  const Weights w = make_weights(N * K, DType::BF16, 11);
+  const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, nullptr,
+                   ComputeType::BF16);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> xs, ys(4);
+  for (int t = 0; t < 4; ++t) xs.push_back(random_floats((t + 1) * 9 * K, 100 + t));
+  for (int t = 0; t < 4; ++t) {
+    ys[t].resize((t + 1) * 9 * N);
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep) lin.forward(xs[t].data(), (t + 1) * 9, ys[t].data());
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) {
+    std::vector<double> ref, mag;
+    reference(xs[t], w.f32, WeightLayout::InOut, nullptr, nullptr, (t + 1) * 9, N, K, true, ref,
+              mag);
+    expect_close(ys[t], ref, mag, "thread " + std::to_string(t));
+  }
+}
+
+TEST(Linear, MovedFromAndEmpty) {
+  Linear a;
+  EXPECT_TRUE(a.empty());
+  const auto w = random_floats(6, 1);
+  Linear b(w.data(), DType::F32, WeightLayout::OutIn, 2, 3, nullptr, ComputeType::F32);
+  a = std::move(b);
+  EXPECT_FALSE(a.empty());
+  const float x[3] = {1, 2, 3};
+  float y[2];
+  a.forward(x, 1, y);
+  EXPECT_NEAR(y[0], w[0] + 2 * w[1] + 3 * w[2], 1e-5);
+  EXPECT_NEAR(y[1], w[3] + 2 * w[4] + 3 * w[5], 1e-5);
+  a.forward(x, 0, y);  // M = 0 is a no-op
+}
+
+TEST(Linear, RejectsUnsupportedWeightDtype) {
+  const uint8_t w[4] = {};
+  EXPECT_THROW(Linear(w, DType::U8, WeightLayout::OutIn, 2, 2, nullptr, ComputeType::F32),
+               slope::Error);
+}
+
+TEST(GemmF32, LeadingDimensionsTransposeAlphaBeta) {
+  for (bool tb : {false, true})
+    for (auto [M, N, K] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {3, 33, 257},
+                           {17, 257, 33}, {130, 65, 129}}) {
+      const int64_t lda = K + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+      const auto A = random_floats(M * lda, 1), B = random_floats((tb ? N : K) * ldb, 2);
+      const auto C0 = random_floats(M * ldc, 3);
+      const float alpha = 0.75f, beta = -1.25f;
+      auto C = C0;
+      gemm_f32(M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc, tb);
+      for (int64_t i = 0; i < M; ++i) {
+        for (int64_t j = 0; j < N; ++j) {
+          double s = 0, m = 0;
+          for (int64_t k = 0; k < K; ++k) {
+            double t = double(A[i * lda + k]) * (tb ? B[j * ldb + k] : B[k * ldb + j]);
+            s += t;
+            m += std::abs(t);
+          }
+          const double want = alpha * s + beta * double(C0[i * ldc + j]);
+          const double bound = kRelTol * (std::abs(alpha) * m + std::abs(beta * C0[i * ldc + j]));
+          ASSERT_NEAR(C[i * ldc + j], want, bound) << "M=" << M << " N=" << N << " K=" << K
+                                                   << " tb=" << tb << " at " << i << "," << j;
+        }
+        for (int64_t j = N; j < ldc; ++j) ASSERT_EQ(C[i * ldc + j], C0[i * ldc + j]);  // padding
+      }
+    }
+}
+
+}  // namespace
+}  // namespace slope::kernels
