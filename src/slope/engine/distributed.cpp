@@ -38,42 +38,51 @@ std::vector<RankReport> gather_reports(const RankReport& mine, parallel::Communi
   return out;
 }
 
-void gather_kv(const PrefillResult& r, int64_t kv_heads, int64_t head_dim,
-               parallel::Communicator& comm, std::vector<Tensor>& k, std::vector<Tensor>& v,
-               int root) {
-  const int64_t row = kv_heads * head_dim;
+void gather_kv(const PrefillResult& r, int first_layer, int64_t kv_head0,
+               const model::ModelConfig& cfg, parallel::Communicator& comm, std::vector<Tensor>& k,
+               std::vector<Tensor>& v, int root) {
+  const int64_t D = cfg.head_dim;
+  const int64_t heads = r.k.empty() ? 0 : r.k[0].dim(1);
   const int64_t layers = int64_t(r.k.size());
   const std::vector<int64_t> pos = r.shard.positions();
-  // One message per rank: [positions (as doubles-free int64)] then per layer K rows and V rows.
-  std::vector<uint8_t> send(pos.size() * sizeof(int64_t) + size_t(layers) * 2 * pos.size() * row * sizeof(float));
+  const int64_t n = int64_t(pos.size()), row = heads * D;
+  // One message per rank: header, positions, then per layer its K rows and V rows.
+  const int64_t header[5] = {first_layer, layers, kv_head0, heads, n};
+  std::vector<uint8_t> send(sizeof(header) + size_t(n) * sizeof(int64_t) +
+                            size_t(layers * 2 * n * row) * sizeof(float));
   uint8_t* p = send.data();
-  std::memcpy(p, pos.data(), pos.size() * sizeof(int64_t));
-  p += pos.size() * sizeof(int64_t);
+  std::memcpy(p, header, sizeof(header));
+  p += sizeof(header);
+  std::memcpy(p, pos.data(), size_t(n) * sizeof(int64_t));
+  p += size_t(n) * sizeof(int64_t);
   for (int64_t l = 0; l < layers; ++l)
     for (const Tensor* t : {&r.k[l], &r.v[l]}) {
-      std::memcpy(p, t->data<float>(), pos.size() * row * sizeof(float));
-      p += pos.size() * row * sizeof(float);
+      std::memcpy(p, t->data<float>(), size_t(n * row) * sizeof(float));
+      p += size_t(n * row) * sizeof(float);
     }
   std::vector<uint8_t> recv;
   const std::vector<int64_t> counts = comm.gatherv_bytes(send.data(), send.size(), recv, root);
   k.clear();
   v.clear();
   if (comm.rank() != root) return;
-  const int64_t N = r.shard.total_tokens;
-  for (int64_t l = 0; l < layers; ++l) {
-    k.emplace_back(Shape{N, kv_heads, head_dim}, DType::F32);
-    v.emplace_back(Shape{N, kv_heads, head_dim}, DType::F32);
+  const int64_t N = r.shard.total_tokens, Hkv = cfg.num_kv_heads;
+  for (int64_t l = 0; l < cfg.num_layers; ++l) {
+    k.emplace_back(Shape{N, Hkv, D}, DType::F32);
+    v.emplace_back(Shape{N, Hkv, D}, DType::F32);
   }
   const uint8_t* q = recv.data();
   for (int64_t c : counts) {
-    const int64_t n = c / int64_t(sizeof(int64_t) + size_t(layers) * 2 * row * sizeof(float));
-    const int64_t* rpos = reinterpret_cast<const int64_t*>(q);
-    const float* data = reinterpret_cast<const float*>(q + n * sizeof(int64_t));
-    for (int64_t l = 0; l < layers; ++l)
+    int64_t h[5];
+    std::memcpy(h, q, sizeof(h));
+    const int64_t rn = h[4], rrow = h[3] * D;
+    const int64_t* rpos = reinterpret_cast<const int64_t*>(q + sizeof(h));
+    const float* data = reinterpret_cast<const float*>(q + sizeof(h) + size_t(rn) * sizeof(int64_t));
+    for (int64_t l = 0; l < h[1]; ++l)
       for (int kv = 0; kv < 2; ++kv) {
-        float* dst = (kv ? v[l] : k[l]).data<float>();
-        const float* src = data + (l * 2 + kv) * n * row;
-        for (int64_t i = 0; i < n; ++i) std::memcpy(dst + rpos[i] * row, src + i * row, row * sizeof(float));
+        float* dst = (kv ? v[h[0] + l] : k[h[0] + l]).data<float>();
+        const float* src = data + (l * 2 + kv) * rn * rrow;
+        for (int64_t i = 0; i < rn; ++i)
+          std::memcpy(dst + (rpos[i] * Hkv + h[2]) * D, src + i * rrow, size_t(rrow) * sizeof(float));
       }
     q += c;
   }

@@ -9,6 +9,7 @@
 
 #include "slope/core/tensor.h"
 #include "slope/engine/prefill.h"
+#include "slope/model/config.h"
 #include "slope/parallel/comm.h"
 
 namespace slope::engine {
@@ -20,6 +21,7 @@ void share_logits(PrefillResult& r, parallel::Communicator& comm, int top_k);
 // Per-rank figures for the report.
 struct RankReport {
   int rank = 0;
+  int stage = 0;
   int64_t tokens = 0;
   double prefill_seconds = 0;
   double attention_seconds = 0;      // whole attention phase (compute + communication)
@@ -27,19 +29,25 @@ struct RankReport {
   double cp_comm_seconds = 0;        // transfer lifetimes (overlapped or not)
   double cp_wait_seconds = 0;        // blocked waiting on communication
   double other_compute_seconds = 0;  // embed, qkv, o_proj, mlp, lm_head
-  int64_t bytes_sent = 0;
+  double pipe_wait_seconds = 0;      // blocked on pipeline activations (receive, final sends)
+  double tp_seconds = 0;             // tensor-parallel all-reduces
+  int64_t bytes_sent = 0;            // all parallel traffic: CP, pipeline, tensor parallel
   int64_t bytes_received = 0;
+  int64_t weight_bytes = 0;
+  int64_t kv_bytes = 0;
   int64_t peak_rss_bytes = 0;
 };
 // All ranks' reports on root (in rank order), empty elsewhere.
 std::vector<RankReport> gather_reports(const RankReport& mine, parallel::Communicator& comm,
                                        int root = 0);
 
-// The KV cache of layers [0, layers) of every rank, assembled in global token order on root:
-// k[l], v[l] = [total_tokens, Hkv, D]. Other ranks get empty vectors.
-void gather_kv(const PrefillResult& r, int64_t kv_heads, int64_t head_dim,
-               parallel::Communicator& comm, std::vector<Tensor>& k, std::vector<Tensor>& v,
-               int root = 0);
+// The whole KV cache assembled in global order on root: k[l], v[l] = [N, Hkv, D] for every
+// layer of the model. Each rank contributes its rows (r.shard) of its layers (from first_layer)
+// and its KV heads [kv_head0, kv_head0 + heads) (tensor parallelism); replicated heads are
+// written more than once with equal values. Other ranks get empty vectors.
+void gather_kv(const PrefillResult& r, int first_layer, int64_t kv_head0,
+               const model::ModelConfig& cfg, parallel::Communicator& comm, std::vector<Tensor>& k,
+               std::vector<Tensor>& v, int root = 0);
 
 // Relative error max|a - b| / max|b| (norm-wise), used by every "same as one rank" check.
 double relative_error(const float* a, const float* b, int64_t n);

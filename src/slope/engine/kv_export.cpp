@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "slope/core/error.h"
 #include "slope/core/half.h"
@@ -60,6 +61,7 @@ void write_kv_shard(const std::string& path, const PrefillResult& result,
       {"first_layer", std::to_string(first_layer)},
       {"layer_count", std::to_string(result.k.size())},
       {"num_kv_heads", std::to_string(cfg.num_kv_heads)},
+      {"kv_head0", std::to_string(opts.kv_head0)},
       {"head_dim", std::to_string(cfg.head_dim)},
       {"layer_windows", windows},
       {"rank", std::to_string(opts.rank)},
@@ -90,40 +92,58 @@ void merge_kv_shards(const std::vector<std::string>& inputs, const std::string& 
   const int64_t N = std::stoll(meta_of(0, "total_tokens"));
   // Layers may be split across files (pipeline stages) as well as tokens (context parallel).
   std::set<int> layers;
+  std::map<int, std::string> window_of;  // layer -> its window, from the files that hold it
   for (size_t i = 0; i < files.size(); ++i) {
     const int first = std::stoi(meta_of(i, "first_layer")), count = std::stoi(meta_of(i, "layer_count"));
-    for (int l = first; l < first + count; ++l) layers.insert(l);
+    std::stringstream ws(meta_of(i, "layer_windows"));
+    std::string w;
+    for (int l = first; l < first + count; ++l) {
+      layers.insert(l);
+      if (std::getline(ws, w, ',')) window_of[l] = w;
+    }
   }
   std::vector<std::pair<std::string, Tensor>> out;
   Tensor allpos({N}, DType::I64);
   for (int64_t i = 0; i < N; ++i) allpos.data<int64_t>()[i] = i;
   out.emplace_back("positions", allpos);
+  const int64_t Hkv = std::stoll(meta_of(0, "num_kv_heads"));
   for (int layer : layers) {
     for (const char* kv : {"k", "v"}) {
       const std::string name = layer_name(layer, kv);
       Tensor merged;
-      std::vector<char> seen(N, 0);
+      std::vector<char> seen;  // [N, Hkv]: which (position, head) some shard provided
       for (size_t i = 0; i < files.size(); ++i) {
         if (!files[i]->contains(name)) continue;
         Tensor t = files[i]->get(name);
         Tensor pos = files[i]->get("positions");
+        const int64_t h0 = files[i]->metadata().count("kv_head0") ? std::stoll(meta_of(i, "kv_head0")) : 0;
         SLOPE_CHECK(t.rank() == 3 && t.dim(0) == pos.numel(), inputs[i], ": ", name,
                     " rows do not match its positions");
-        if (merged.empty()) merged = Tensor({N, t.dim(1), t.dim(2)}, t.dtype());
-        SLOPE_CHECK(t.dtype() == merged.dtype() && t.dim(1) == merged.dim(1) && t.dim(2) == merged.dim(2),
-                    inputs[i], ": ", name, " has a different dtype or shape than in other shards");
-        const size_t row = size_t(t.dim(1) * t.dim(2)) * dtype_size(t.dtype());
+        SLOPE_CHECK(h0 >= 0 && h0 + t.dim(1) <= Hkv, inputs[i], ": ", name, " heads [", h0, ", ",
+                    h0 + t.dim(1), ") outside the model's ", Hkv, " KV heads");
+        if (merged.empty()) {
+          merged = Tensor({N, Hkv, t.dim(2)}, t.dtype());
+          seen.assign(size_t(N * Hkv), 0);
+        }
+        SLOPE_CHECK(t.dtype() == merged.dtype() && t.dim(2) == merged.dim(2), inputs[i], ": ", name,
+                    " has a different dtype or head size than in other shards");
+        const size_t es = dtype_size(t.dtype()), head = size_t(t.dim(2)) * es;
         for (int64_t r = 0; r < pos.numel(); ++r) {
           const int64_t p = pos.data<int64_t>()[r];
           SLOPE_CHECK(p >= 0 && p < N, inputs[i], ": position ", p, " outside [0, ", N, ")");
-          SLOPE_CHECK(!seen[p], "position ", p, " of ", name, " appears in more than one shard");
-          seen[p] = 1;
-          std::memcpy(static_cast<char*>(merged.raw()) + p * row,
-                      static_cast<const char*>(t.raw()) + r * row, row);
+          for (int64_t h = 0; h < t.dim(1); ++h) {
+            char& s = seen[size_t(p * Hkv + h0 + h)];
+            SLOPE_CHECK(!s, "position ", p, " head ", h0 + h, " of ", name, " appears in more than one shard");
+            s = 1;
+            std::memcpy(static_cast<char*>(merged.raw()) + size_t(p * Hkv + h0 + h) * head,
+                        static_cast<const char*>(t.raw()) + size_t(r * t.dim(1) + h) * head, head);
+          }
         }
       }
       for (int64_t p = 0; p < N; ++p)
-        SLOPE_CHECK(seen[p], "position ", p, " of ", name, " is in no shard; pass every rank's file");
+        for (int64_t h = 0; h < Hkv; ++h)
+          SLOPE_CHECK(!seen.empty() && seen[size_t(p * Hkv + h)], "position ", p, " head ", h, " of ", name,
+                      " is in no shard; pass every rank's file");
       out.emplace_back(name, merged);
     }
   }
@@ -132,6 +152,10 @@ void merge_kv_shards(const std::vector<std::string>& inputs, const std::string& 
   meta["world_size"] = "1";
   meta["first_layer"] = std::to_string(*layers.begin());
   meta["layer_count"] = std::to_string(layers.size());
+  meta["kv_head0"] = "0";
+  std::string windows;
+  for (int l : layers) windows += (windows.empty() ? "" : ",") + window_of[l];
+  meta["layer_windows"] = windows;
   model::write_safetensors(output, out, meta);
 }
 

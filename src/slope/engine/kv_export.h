@@ -18,6 +18,7 @@ struct KvWriteOptions {
   int rank = 0;
   int world_size = 1;
   std::string model_name;
+  int64_t kv_head0 = 0;  // first KV head held (tensor parallelism); the file holds dim(1) heads
 };
 
 // Writes result.k/v of layers [first_layer, first_layer + k.size()) with "positions".

@@ -101,6 +101,10 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
 }
 
 void Model::validate_tokens(const std::vector<int32_t>& tokens) const {
+  validate_token_ids(cfg_, tokens);
+}
+
+void validate_token_ids(const ModelConfig& cfg_, const std::vector<int32_t>& tokens) {
   SLOPE_CHECK(!tokens.empty(), "the prompt is empty; give at least one token id");
   SLOPE_CHECK(int64_t(tokens.size()) <= cfg_.max_position_embeddings, "the prompt has ",
               tokens.size(), " tokens, more than the model's max_position_embeddings (",

@@ -75,6 +75,10 @@ struct WeightRows {
   int64_t rows = -1;  // -1 = all
 };
 
+// Checks token ids against the vocabulary and the prompt length against max_position_embeddings;
+// throws slope::Error naming the offending id or length.
+void validate_token_ids(const ModelConfig& cfg, const std::vector<int32_t>& tokens);
+
 // Shared loading helpers for the family files.
 struct WeightLoader {
   const WeightStore& store;

@@ -1,0 +1,165 @@
+#include "slope/engine/topology.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include "slope/core/error.h"
+#include "slope/model/layers.h"
+#include "slope/parallel/shard.h"
+
+namespace slope::engine {
+
+std::string ParallelShape::str() const {
+  return str_cat("pp=", pp, " ring=", ring, " ulysses=", ulysses, " tp=", tp);
+}
+
+namespace {
+
+std::string flags(const ParallelShape& s) {
+  std::string out;
+  if (s.pp > 1) out += str_cat(" --pp ", s.pp);
+  if (s.ring > 1) out += str_cat(" --ring ", s.ring);
+  if (s.ulysses > 1) out += str_cat(" --ulysses ", s.ulysses);
+  if (s.tp > 1) out += str_cat(" --tp ", s.tp);
+  return out.empty() ? " (no flags: one rank)" : out;
+}
+
+// The first problem with a shape, or "" if it is valid (world size aside).
+std::string shape_problem(const ParallelShape& s, const model::ModelConfig& cfg) {
+  if (s.pp < 1 || s.ring < 1 || s.ulysses < 1 || s.tp < 1) return "every degree must be at least 1";
+  if (s.tp > 1 && s.ring * s.ulysses > 1)
+    return "--tp cannot be combined with --ring/--ulysses (tensor parallelism combines with --pp only)";
+  if (s.pp > cfg.num_layers) return str_cat("--pp ", s.pp, " exceeds the model's ", cfg.num_layers, " layers");
+  if (s.tp > 1) {
+    try {
+      model::TensorSlice::of(cfg, 0, s.tp);
+    } catch (const Error& e) {
+      return e.what();
+    }
+  }
+  if (s.ulysses > 1) {
+    auto ok = parallel::valid_ulysses_degrees(cfg.num_heads, cfg.num_kv_heads);
+    if (std::find(ok.begin(), ok.end(), s.ulysses) == ok.end())
+      return str_cat("--ulysses ", s.ulysses, " does not fit ", cfg.num_heads, " query / ",
+                     cfg.num_kv_heads, " KV heads");
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& cfg,
+                                      int64_t num_tokens) {
+  std::vector<ParallelShape> out;
+  for (int pp = 1; pp <= world_size; ++pp)
+    for (int ring = 1; pp * ring <= world_size; ++ring)
+      for (int u = 1; pp * ring * u <= world_size; ++u)
+        for (int tp = 1; pp * ring * u * tp <= world_size; ++tp) {
+          ParallelShape s{pp, ring, u, tp};
+          if (s.size() == world_size && shape_problem(s, cfg).empty()) out.push_back(s);
+        }
+  return out;
+}
+
+void validate_shape(const ParallelShape& s, int world_size, const model::ModelConfig& cfg,
+                    int64_t num_tokens) {
+  SLOPE_CHECK(num_tokens >= 1, "the prompt is empty");
+  if (s.size() != world_size) {
+    std::string valid;
+    for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v);
+    fail(flags(s), " needs ", s.size(), " ranks, but ", world_size, " were started; with ",
+         world_size, " ranks use one of:", valid);
+  }
+  const std::string problem = shape_problem(s, cfg);
+  if (!problem.empty()) {
+    std::string valid;
+    for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v);
+    fail(problem, "; with ", world_size, " ranks use one of:", valid);
+  }
+}
+
+Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
+    : world_(world), shape_(shape) {
+  SLOPE_CHECK(world.size() == shape.size(), shape.str(), " needs ", shape.size(), " ranks, got ", world.size());
+  const int S = shape.stage_size();
+  stage_ = world.rank() / S;
+  local_ = world.rank() % S;
+  stage_comm_ = world.split(stage_, local_, "stage");
+  if (context_parallel())
+    cp_mesh_ = std::make_unique<parallel::Mesh>(*stage_comm_, parallel::MeshShape{shape.ring, shape.ulysses});
+}
+
+StagePlan Topology::stage_plan() const {
+  StagePlan p;
+  const int S = shape_.stage_size();
+  p.stage = stage_;
+  p.num_stages = shape_.pp;
+  p.pipe = &world_;
+  p.prev_rank = stage_ > 0 ? world_.rank() - S : -1;
+  p.next_rank = stage_ < shape_.pp - 1 ? world_.rank() + S : -1;
+  if (cp_mesh_) {
+    const parallel::MeshShape ms{shape_.ring, shape_.ulysses};
+    const int r = cp_mesh_->ring_rank(), u = cp_mesh_->ulysses_rank();
+    // Each chunk is sharded zigzag over the stage's ring x ulysses group, positions global.
+    p.rows_of_chunk = [ms, r, u](model::Segment chunk, int64_t total) {
+      model::SequenceShard s = parallel::ZigzagLayout(chunk.length, ms).shard(r, u);
+      for (model::Segment& seg : s.segments) seg.start += chunk.start;
+      s.total_tokens = total;
+      return s;
+    };
+  }
+  if (shape_.tp > 1) {
+    parallel::Communicator* tp = stage_comm_.get();
+    p.tp_allreduce = [tp](float* data, int64_t count) {
+      tp->allreduce(data, size_t(count), parallel::ReduceOp::Sum);
+    };
+    p.may_report_logits = local_ == 0;
+  }
+  return p;
+}
+
+std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const MemoryQuery& q) {
+  const ParallelShape& s = q.shape;
+  const std::vector<int> bounds = balance_stages(c, s.pp, q.num_tokens);
+  const int64_t wsz = q.bf16 ? 2 : 4;  // packed weight element
+  const int64_t H = c.hidden_size, D = c.head_dim, V = c.vocab_size;
+  std::vector<RankMemory> out;
+  for (int rank = 0; rank < s.size(); ++rank) {
+    RankMemory m;
+    m.rank = rank;
+    m.stage = rank / s.stage_size();
+    const int local = rank % s.stage_size();
+    m.first_layer = bounds[m.stage];
+    m.last_layer = bounds[m.stage + 1];
+    const model::TensorSlice sl = s.tp > 1 ? model::TensorSlice::of(c, local, s.tp) : model::TensorSlice::whole(c);
+    const int64_t Hq = sl.q_heads, Hkv = sl.kv_heads, I = sl.inter;
+    // Rows: under context parallelism about 1/(R·U) of every chunk.
+    const int64_t cp = int64_t(s.ring) * s.ulysses;
+    m.tokens = int64_t(q.batch) * ((q.num_tokens + cp - 1) / cp);
+    // Weights, as Model::load counts them: packed linear weights, f32 norms/biases/sinks.
+    int64_t per_layer = (H * (Hq + 2 * Hkv) * D + Hq * D * H) * wsz + (Hq + 2 * Hkv) * D * 4 + H * 4 + 2 * H * 4;
+    if (c.is_moe())
+      per_layer += (c.num_experts * H) * wsz + c.num_experts * 4 +
+                   c.num_experts * ((2 * I * H + H * I) * wsz + 2 * I * 4 + H * 4) + c.num_experts * (2 * c.intermediate_size + H) * 4 +
+                   c.num_heads * 4;
+    else
+      per_layer += (2 * I * H + H * I) * wsz + (c.qk_norm ? 2 * D * 4 : 0);
+    m.weights = per_layer * (m.last_layer - m.first_layer);
+    if (m.stage == 0) m.weights += V * H * int64_t(dtype_size(q.checkpoint_dtype));
+    if (m.stage == s.pp - 1) m.weights += V * H * wsz + H * 4;
+    m.kv = m.tokens * (m.last_layer - m.first_layer) * 2 * Hkv * D * 4;
+    // Activations of one chunk in one layer: residual, q, attention output, GEMM temporaries,
+    // and the context-parallel exchange buffers (about the group's rows of the local heads).
+    const int64_t rows = q.pp_chunk > 0 ? std::min(m.tokens / q.batch, (q.pp_chunk + cp - 1) / cp) : m.tokens / q.batch;
+    const int64_t gc = std::min(q.gemm_chunk, std::max<int64_t>(rows, 1));
+    int64_t act = rows * H * 4 * 2 + rows * Hq * D * 4 * 2 + gc * (H + (Hq + 2 * Hkv) * D + H) * 4;
+    act += c.is_moe() ? gc * c.experts_per_token * (2 * H + 3 * I) * 4 + gc * c.num_experts * 4
+                      : gc * 3 * I * 4;
+    if (cp > 1) act += rows * s.ulysses * (Hq / s.ulysses + 2 * Hkv) * D * 4 * 2 + 2 * 2 * rows * Hkv * D * 4;
+    m.activations = act;
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace slope::engine

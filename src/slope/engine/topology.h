@@ -1,0 +1,91 @@
+// The full mesh of a prefill: pipeline stages outermost, then either a ring × ulysses
+// context-parallel group or a tensor-parallel group inside each stage.
+//
+//   world rank w:  stage = w / S,  local = w % S,  S = ring · ulysses · tp
+//   inside a stage: local = ring_rank · U + ulysses_rank (context parallel), or tensor rank.
+//
+// A rank exchanges activations only with the rank at the same local position of the next and
+// previous stage, since every stage lays out a chunk's rows the same way.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slope/engine/executor.h"
+#include "slope/model/config.h"
+#include "slope/parallel/comm.h"
+#include "slope/parallel/mesh.h"
+
+namespace slope::engine {
+
+struct ParallelShape {
+  int pp = 1;       // pipeline stages
+  int ring = 1;     // ring-attention degree inside a stage
+  int ulysses = 1;  // Ulysses degree inside a stage
+  int tp = 1;       // tensor-parallel degree inside a stage (not combined with ring/ulysses)
+  int stage_size() const { return ring * ulysses * tp; }
+  int size() const { return pp * stage_size(); }
+  std::string str() const;  // "pp=2 ring=1 ulysses=2 tp=1"
+};
+
+// Throws slope::Error naming the problem and valid alternatives: world size != product,
+// tp combined with ring/ulysses, tp or ulysses not fitting the heads, more stages than layers.
+void validate_shape(const ParallelShape& shape, int world_size, const model::ModelConfig& cfg,
+                    int64_t num_tokens);
+
+// Every valid shape for a world of `world_size` ranks (for suggestions).
+std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& cfg,
+                                      int64_t num_tokens);
+
+// This rank's place in the mesh, with the communicators it needs. Collective constructor.
+class Topology {
+ public:
+  Topology(parallel::Communicator& world, const ParallelShape& shape);
+
+  const ParallelShape& shape() const { return shape_; }
+  int stage() const { return stage_; }
+  int local_rank() const { return local_; }
+  int tp_rank() const { return shape_.tp > 1 ? local_ : 0; }
+  bool context_parallel() const { return shape_.ring * shape_.ulysses > 1; }
+  parallel::Communicator& world() const { return world_; }
+  parallel::Communicator& stage_comm() const { return *stage_comm_; }
+  parallel::Mesh* cp_mesh() const { return cp_mesh_.get(); }
+
+  // The StagePlan for run_prefill (rows per chunk, neighbours, tensor all-reduce).
+  StagePlan stage_plan() const;
+
+ private:
+  parallel::Communicator& world_;
+  ParallelShape shape_;
+  int stage_ = 0, local_ = 0;
+  std::unique_ptr<parallel::Communicator> stage_comm_;
+  std::unique_ptr<parallel::Mesh> cp_mesh_;
+};
+
+// Memory one rank needs, in bytes, predicted from the configuration alone (no weights read):
+// what `--dry-run` prints and `--max-memory` checks.
+struct RankMemory {
+  int rank = 0;
+  int stage = 0;
+  int first_layer = 0, last_layer = 0;
+  int64_t tokens = 0;        // rows of all prompts this rank computes
+  int64_t weights = 0;       // packed weights, norms, biases, embedding and head where held
+  int64_t kv = 0;            // KV cache of its rows for its layers, all prompts
+  int64_t activations = 0;   // largest live working set of one chunk in one layer
+  int64_t total() const { return weights + kv + activations; }
+};
+
+struct MemoryQuery {
+  ParallelShape shape;
+  int64_t num_tokens = 0;
+  int batch = 1;
+  int64_t pp_chunk = 0;  // tokens per pipeline chunk (0: whole prompt)
+  int64_t gemm_chunk = 1024;
+  bool bf16 = false;
+  DType checkpoint_dtype = DType::BF16;  // of the embedding (kept mmap'd in that dtype)
+};
+std::vector<RankMemory> estimate_memory(const model::ModelConfig& cfg, const MemoryQuery& q);
+
+}  // namespace slope::engine
