@@ -60,6 +60,38 @@ class WeightStore {
   std::map<std::string, size_t> index_;  // tensor name -> file
 };
 
+// Name, dtype and shape of one tensor, as listed in a safetensors header.
+struct TensorSpec {
+  std::string name;
+  DType dtype = DType::F32;
+  Shape shape;
+};
+
+// Streams a .safetensors file whose tensor list is known up front: the header is written at
+// construction, then each tensor's bytes with append() in the order of `specs` (one sequential
+// write; only one tensor need be in memory at a time). finish() checks that every tensor was
+// appended and moves the file into place (it is written as PATH.tmp until then, so an
+// interrupted write never leaves a truncated PATH). Throws slope::Error on any I/O failure or a
+// tensor that does not match its spec.
+class SafetensorsWriter {
+ public:
+  SafetensorsWriter(const std::string& path, std::vector<TensorSpec> specs,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsWriter();  // removes PATH.tmp if finish() was not reached
+  SafetensorsWriter(const SafetensorsWriter&) = delete;
+  SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
+
+  void append(const Tensor& t);  // the next tensor in spec order
+  void finish();
+
+ private:
+  void write_bytes(const void* p, size_t n);
+  std::string path_, tmp_path_;
+  std::vector<TensorSpec> specs_;
+  size_t next_ = 0;
+  int fd_ = -1;
+};
+
 // Writes tensors (any supported dtype) to a .safetensors file, in the given order, with
 // optional string metadata. Throws slope::Error if the file cannot be written.
 void write_safetensors(const std::string& path,
