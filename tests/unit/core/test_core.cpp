@@ -1,0 +1,84 @@
+// Core types: dtype names, half-precision conversions against exact references, tensors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+
+#include "slope/core/dtype.h"
+#include "slope/core/error.h"
+#include "slope/core/half.h"
+#include "slope/core/tensor.h"
+
+using namespace slope;
+
+namespace {
+
+// bf16 round-to-nearest-even, computed independently in double: the two bf16 neighbours of x
+// and the one nearer (ties to even mantissa).
+float bf16_reference(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  std::memcpy(&flo, &lo, 4);
+  std::memcpy(&fhi, &hi, 4);
+  const double dlo = std::fabs(double(x) - double(flo)), dhi = std::fabs(double(fhi) - double(x));
+  if (dlo < dhi) return flo;
+  if (dhi < dlo) return fhi;
+  return ((lo >> 16) & 1u) ? fhi : flo;
+}
+
+TEST(Core, DtypeNamesRoundTrip) {
+  for (DType t : {DType::F32, DType::BF16, DType::F16, DType::U8, DType::I32, DType::I64})
+    EXPECT_EQ(parse_dtype(dtype_name(t)), t);
+  EXPECT_EQ(dtype_size(DType::BF16), 2u);
+  EXPECT_EQ(dtype_size(DType::I64), 8u);
+  try {
+    parse_dtype("F8_E9");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("F8_E9"), std::string::npos);
+  }
+}
+
+TEST(Core, Bf16RoundsToNearestEven) {
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> d(-1e4f, 1e4f);
+  for (int i = 0; i < 100000; ++i) {
+    const float x = d(rng);
+    EXPECT_EQ(round_bf16(x), bf16_reference(x)) << x;
+  }
+  EXPECT_EQ(round_bf16(1.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isinf(bf16_to_f32(f32_to_bf16(std::numeric_limits<float>::infinity()))));
+}
+
+TEST(Core, F16DecodesEveryValue) {
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    const uint32_t sign = h >> 15, exp = (h >> 10) & 31, man = h & 1023;
+    double want;
+    if (exp == 0) want = std::ldexp(double(man), -24);
+    else if (exp == 31) want = man ? std::nan("") : INFINITY;
+    else want = std::ldexp(1.0 + man / 1024.0, int(exp) - 15);
+    if (sign) want = -want;
+    const float got = f16_to_f32(uint16_t(h));
+    if (std::isnan(want)) EXPECT_TRUE(std::isnan(got)) << h;
+    else EXPECT_EQ(double(got), want) << h;
+  }
+}
+
+TEST(Core, TensorAllocConvertReshape) {
+  Tensor t({2, 3}, DType::BF16);
+  EXPECT_EQ(t.numel(), 6);
+  EXPECT_EQ(t.nbytes(), 12u);
+  for (int i = 0; i < 6; ++i) t.data<uint16_t>()[i] = f32_to_bf16(float(i) - 2.5f);
+  Tensor f = t.to_f32();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(f.data<float>()[i], float(i) - 2.5f);
+  EXPECT_EQ(f.reshape({3, 2}).dim(0), 3);
+  EXPECT_THROW(f.reshape({4, 2}), Error);
+  EXPECT_EQ(shape_str({2, 3}), "[2, 3]");
+}
+
+}  // namespace
