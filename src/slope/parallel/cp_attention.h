@@ -8,6 +8,10 @@
 //   ContextParallelAttention cp(mesh);
 //   model.forward(..., shard, cp);   // calls cp.attend(spec, q, shard, k, v, shard, out)
 //
+// Chunked (engine/executor.h): chunk c's queries are my_chunk_shard(mesh, chunk_c, N); its K/V
+// are this rank's rows of chunks 0..c in that order:
+//   cp.attend(spec, q, my_chunk_shard(..), k, v, concat(my_chunk_shard of chunks 0..c), out)
+//
 // Per layer, on this rank's zigzag shard (q_shard == kv_shard == my_shard):
 //  - full attention: Ulysses all-to-all to [group tokens, my heads] if U > 1; ring attention
 //    over R if R > 1 (else local attention over the group's tokens); merge by LSE; sinks of my
@@ -16,9 +20,36 @@
 //    (adding e^{sink} per block would count it R times); all-to-all of the output back.
 //  - sliding window (spec.mask.window > 0): halo exchange over all ranks, all heads, no
 //    all-to-all (halo_exchange.h); sinks once at the end.
+//
+// Chunked prefill (any other q_shard / kv_shard): rank w's queries are some rows Q_w (e.g. its
+// zigzag shard of one chunk), its keys K_w ⊇ Q_w (e.g. its rows of chunks 0..c, the current
+// chunk's last). Requirements, checked on every rank: Q_w ⊆ K_w; the K_w are disjoint; their
+// union covers [0, max query position]. The segment lists are exchanged first (an allgather of
+// 16 bytes per segment). Then, per layer:
+//  - full attention: if U > 1, an all-to-all moves the group's queries and K/V to head-sharded
+//    form (group rows = rank 0's, then rank 1's, ...). With CpOptions::cache_kv each layer
+//    keeps the group's head-sharded K/V between calls, so a call whose K_w are the previous
+//    call's K_w followed by its Q_w (the next chunk) sends only the new rows; any other call
+//    starts the cache afresh. Then the ring passes each group's whole K/V block (all chunks so
+//    far, its rows and positions) around; masks use global positions, so blocks can hold any
+//    positions. LSE merge, sinks once, all-to-all of the output back.
+//  - sliding window: the halo exchange with separate query and K/V shards: each query segment
+//    [s, e) fetches [s-W+1, s) minus its own K/V rows from the ranks that hold them.
+// Communication per full layer and rank for chunk c of C tokens (T = (c+1)·C tokens so far,
+// P = U·R ranks, nkv = max(Hkv/U, 1) KV heads per rank after the all-to-all), in floats:
+//    all-to-all (U > 1): C/P rows · [(U-1)/U · 2·Hq·D (queries out, output back)
+//                                    + (U-1) · 2·nkv·D (the new K/V rows; T/P rows instead of
+//                                      C/P with cache_kv off)]
+//    ring (R > 1): blocks of ≈ T/R rows · 2·nkv·D. This grows with c: pass-KV sends the
+//      earlier chunks' K/V around the ring again on every chunk.
+// Sliding layer: at most (W-1) rows · 2·Hkv·D floats per query segment, independent of c.
+//
+// Which path runs is decided collectively (a 16-byte allgather per call when there is more than
+// one rank): the whole-prompt path only when every rank passes its zigzag shard as both shards.
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -28,6 +59,7 @@
 #include "slope/parallel/mesh.h"
 #include "slope/parallel/ring_attention.h"
 #include "slope/parallel/shard.h"
+#include "slope/parallel/shard_exchange.h"
 
 namespace slope::parallel {
 
@@ -35,6 +67,12 @@ struct CpOptions {
   // Query rows per attention call between MPI progress polls (MPI_Test) while K/V blocks are
   // in flight. Smaller: transfers advance more often; larger: fewer, bigger kernel calls.
   int64_t progress_rows = 64;
+  // Chunked calls under U > 1: keep each layer's head-sharded K/V of the Ulysses group between
+  // calls so that only the rows added since the last call are sent. Memory: per full-attention
+  // layer, the group's K/V rows of this rank's KV heads (≈ this rank's own KV cache; U/Hkv times
+  // that when KV heads are replicated). Valid only while the caller leaves earlier rows of its
+  // K/V unchanged between calls (a prefill's KV cache); release_kv_cache() frees it.
+  bool cache_kv = true;
   // MPI_Test calls per poll. A transfer split into fragments (shared memory without CMA, TCP)
   // moves a few fragments per call, so one call per slice can leave most of it for the final
   // wait; a short burst keeps it moving. With CMA single-copy one call finishes the transfer.
@@ -47,9 +85,9 @@ class ContextParallelAttention : public model::AttentionRunner {
   // thread that initialised MPI.
   explicit ContextParallelAttention(Mesh& mesh, CpOptions options = {});
 
-  // q_shard and kv_shard must both be this rank's zigzag shard of a prompt of
-  // q_shard.total_tokens tokens (my_shard); throws slope::Error otherwise. Collective: every
-  // rank of the mesh calls it for the same layer.
+  // Collective: every rank of the mesh calls it for the same layer. Either every rank passes
+  // its zigzag shard of a prompt of q_shard.total_tokens tokens (my_shard) as both shards, or
+  // the shards meet the chunked requirements above; throws slope::Error (on every rank) if not.
   void attend(const model::LayerAttention& spec, const float* q,
               const model::SequenceShard& q_shard, const float* k, const float* v,
               const model::SequenceShard& kv_shard, float* out) override;
@@ -57,8 +95,27 @@ class ContextParallelAttention : public model::AttentionRunner {
   const CpStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
   const Mesh& mesh() const { return mesh_; }
+  // Frees the K/V kept for chunked calls (CpOptions::cache_kv), e.g. after a prompt.
+  void release_kv_cache() { kv_cache_.clear(); }
+  // Rows of K/V kept for chunked calls, summed over layers (for tests and reports).
+  int64_t cached_kv_rows() const;
 
  private:
+  // Head-sharded K/V of this rank's Ulysses group for one full-attention layer, kept between
+  // chunked calls.
+  struct KvCache {
+    std::vector<model::SequenceShard> kv;      // every rank's K/V shard at the last call
+    std::vector<std::vector<Segment>> blocks;  // per group (ring rank): positions of its rows
+    int64_t row_elems = 0;                     // nkv · D
+    std::vector<float> k, v;                   // [rows of blocks[my ring rank], nkv, D]
+  };
+  void attend_chunked_full(const model::LayerAttention& spec,
+                           const std::vector<RankShards>& shards, const float* q, const float* k,
+                           const float* v, float* out);
+  void attend_chunked_sliding(const model::LayerAttention& spec,
+                              const std::vector<RankShards>& shards, const float* q,
+                              const float* k, const float* v, float* out);
+
   const ZigzagLayout& layout(int64_t num_tokens);
   void attend_full(const model::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
                    const float* k, const float* v, float* out);
@@ -73,6 +130,7 @@ class ContextParallelAttention : public model::AttentionRunner {
   RingAttention ring_;
   HaloExchange halo_;
   std::vector<float> q_g_, k_g_, v_g_, out_g_, lse_;
+  std::map<int, KvCache> kv_cache_;  // by layer
 };
 
 }  // namespace slope::parallel

@@ -50,54 +50,73 @@ std::vector<Segment> subtract(const std::vector<Segment>& a, const std::vector<S
   return out;
 }
 
-// Rows of `need` that `holder` has, as global segments in position order.
-std::vector<Segment> held_part(const std::vector<Segment>& need, const SequenceShard& holder) {
-  std::vector<Segment> out;
-  for (const Segment& b : normalise(holder.segments)) intersect_into(need, b, out);
+// A run of rows a holder sends: global positions `seg`, starting at local row `row` of its
+// K/V buffer.
+struct HeldPiece {
+  Segment seg;
+  int64_t row;
+};
+
+// Rows of `need` (sorted, disjoint) that `holder` has, in the holder's buffer order. Each
+// piece lies inside one buffer segment, so its rows are contiguous in the holder's buffer
+// (segments that touch in position need not be neighbours in the buffer).
+std::vector<HeldPiece> held_part(const std::vector<Segment>& need, const SequenceShard& holder) {
+  std::vector<HeldPiece> out;
+  std::vector<Segment> parts;
+  int64_t row = 0;
+  for (const Segment& b : holder.segments) {
+    parts.clear();
+    intersect_into(need, b, parts);
+    for (const Segment& p : parts) out.push_back({p, row + p.start - b.start});
+    row += b.length;
+  }
   return out;
 }
 
-int64_t total_length(const std::vector<Segment>& v) {
+int64_t total_length(const std::vector<HeldPiece>& v) {
   int64_t n = 0;
-  for (const Segment& s : v) n += s.length;
+  for (const HeldPiece& p : v) n += p.seg.length;
   return n;
 }
 
 }  // namespace
 
-std::vector<Segment> halo_needed(const SequenceShard& shard, int64_t window) {
+std::vector<Segment> halo_needed(const SequenceShard& q, const SequenceShard& kv, int64_t window) {
   std::vector<Segment> need;
-  for (const Segment& s : shard.segments) {
+  for (const Segment& s : q.segments) {
     if (s.length <= 0) continue;
     const int64_t lo = std::max<int64_t>(0, s.start - (window - 1));
     need.push_back({lo, s.start - lo});
   }
-  return subtract(normalise(need), normalise(shard.segments));
+  return subtract(normalise(need), normalise(kv.segments));
 }
 
-void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<SequenceShard>& shards,
-                          const float* q, const float* k, const float* v, float* out, float* lse,
-                          CpStats& stats) {
+void HaloExchange::attend(const model::LayerAttention& spec,
+                          const std::vector<SequenceShard>& q_shards,
+                          const std::vector<SequenceShard>& kv_shards, const float* q,
+                          const float* k, const float* v, float* out, float* lse, CpStats& stats) {
   SLOPE_CHECK(spec.mask.window > 0, "halo exchange needs a sliding window");
-  SLOPE_CHECK(int(shards.size()) == comm_.size(), "halo exchange: ", shards.size(),
-              " shards for ", comm_.size(), " ranks");
+  SLOPE_CHECK(int(q_shards.size()) == comm_.size() && int(kv_shards.size()) == comm_.size(),
+              "halo exchange: ", q_shards.size(), " query and ", kv_shards.size(),
+              " key shards for ", comm_.size(), " ranks");
   const int P = comm_.size(), me = comm_.rank();
   const int64_t Hq = spec.shape.num_q_heads, Hkv = spec.shape.num_kv_heads, D = spec.shape.head_dim;
   const int64_t row_elems = Hkv * D;
-  const SequenceShard& mine = shards[me];
+  const SequenceShard& my_q = q_shards[me];
+  const SequenceShard& my_kv = kv_shards[me];
   const double posted = now_seconds();
   double t0 = posted;
 
   // Receives: from each holder, the rows of my need that it has, K then V (two messages; MPI
   // keeps their order). The halo buffer is the holders' parts one after another.
-  const std::vector<Segment> need = halo_needed(mine, spec.mask.window);
+  const std::vector<Segment> need = halo_needed(my_q, my_kv, spec.mask.window);
   std::vector<Segment> halo_segments;
   std::vector<Request> reqs;
-  std::vector<std::pair<int, std::vector<Segment>>> from;
+  std::vector<std::pair<int, std::vector<HeldPiece>>> from;
   int64_t halo_rows = 0;
   for (int j = 0; j < P; ++j) {
     if (j == me || need.empty()) continue;
-    std::vector<Segment> part = held_part(need, shards[j]);
+    std::vector<HeldPiece> part = held_part(need, kv_shards[j]);
     if (part.empty()) continue;
     halo_rows += total_length(part);
     from.emplace_back(j, std::move(part));
@@ -109,7 +128,7 @@ void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<S
     const int64_t n = total_length(part);
     reqs.push_back(comm_.irecv(halo_k_.data() + row * row_elems, size_t(n * row_elems), j, Tag::Halo));
     reqs.push_back(comm_.irecv(halo_v_.data() + row * row_elems, size_t(n * row_elems), j, Tag::Halo));
-    halo_segments.insert(halo_segments.end(), part.begin(), part.end());
+    for (const HeldPiece& p : part) halo_segments.push_back(p.seg);
     row += n;
   }
 
@@ -117,18 +136,18 @@ void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<S
   send_.resize(P);
   for (int j = 0; j < P; ++j) {
     if (j == me) continue;
-    const std::vector<Segment> part = held_part(halo_needed(shards[j], spec.mask.window), mine);
+    const std::vector<HeldPiece> part =
+        held_part(halo_needed(q_shards[j], kv_shards[j], spec.mask.window), my_kv);
     if (part.empty()) continue;
     const int64_t n = total_length(part);
     std::vector<float>& buf = send_[j];
     buf.resize(size_t(2 * n * row_elems));
     int64_t r = 0;
-    for (const Segment& s : part) {
-      const int64_t li = mine.local_index(s.start);  // rows of one held segment are contiguous
-      std::memcpy(buf.data() + r * row_elems, k + li * row_elems, size_t(s.length * row_elems) * sizeof(float));
-      std::memcpy(buf.data() + (n + r) * row_elems, v + li * row_elems,
-                  size_t(s.length * row_elems) * sizeof(float));
-      r += s.length;
+    for (const HeldPiece& p : part) {
+      const size_t bytes = size_t(p.seg.length * row_elems) * sizeof(float);
+      std::memcpy(buf.data() + r * row_elems, k + p.row * row_elems, bytes);
+      std::memcpy(buf.data() + (n + r) * row_elems, v + p.row * row_elems, bytes);
+      r += p.seg.length;
     }
     reqs.push_back(comm_.isend(buf.data(), size_t(n * row_elems), j, Tag::Halo));
     reqs.push_back(comm_.isend(buf.data() + n * row_elems, size_t(n * row_elems), j, Tag::Halo));
@@ -141,10 +160,10 @@ void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<S
     for (int i = 0; i < progress_tests_ && !reqs.empty() && completed == 0; ++i)
         if (test_all(reqs)) completed = now_seconds();
   };
-  reset_attention_state(out, lse, mine.local_tokens(), Hq, D);
+  reset_attention_state(out, lse, my_q.local_tokens(), Hq, D);
   row = 0;
-  for (const Segment& qs : mine.segments) {
-    block_.accumulate(spec, q + row * Hq * D, qs, k, v, mine.segments, out + row * Hq * D,
+  for (const Segment& qs : my_q.segments) {
+    block_.accumulate(spec, q + row * Hq * D, qs, k, v, my_kv.segments, out + row * Hq * D,
                       lse + row * Hq, progress, stats);
     row += qs.length;
   }
@@ -159,7 +178,7 @@ void HaloExchange::attend(const model::LayerAttention& spec, const std::vector<S
   // The halo block.
   if (halo_rows > 0) {
     row = 0;
-    for (const Segment& qs : mine.segments) {
+    for (const Segment& qs : my_q.segments) {
       block_.accumulate(spec, q + row * Hq * D, qs, halo_k_.data(), halo_v_.data(), halo_segments,
                         out + row * Hq * D, lse + row * Hq, nullptr, stats);
       row += qs.length;

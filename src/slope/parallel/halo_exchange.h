@@ -4,7 +4,13 @@
 // its own rows, only keys [s-W+1, s). Each rank computes, for every rank, that need minus what
 // the rank already holds, intersects it with its own tokens, and sends exactly those K/V rows;
 // when shards are shorter than W the halo spans several ranks and all of them send their part.
-// Every shard is known to every rank (zigzag layout), so no sizes are exchanged.
+// Every shard is known to every rank (zigzag layout, or exchanged by the caller), so no sizes
+// are exchanged here.
+//
+// Queries and keys may differ (chunked prefill): a rank's query rows are a subset of its K/V
+// rows, and its K/V rows may include earlier chunks. The halo of a query segment [s, e) is
+// then [s-W+1, s) minus the rank's K/V rows, fetched from whichever ranks hold it; K/V shards
+// of different ranks must not overlap.
 //
 // Runs on all heads over the whole world (no Ulysses all-to-all): the halo moves at most
 // 2·(W-1) K/V rows per segment, far less than the all-to-all of Q, K, V and the output.
@@ -19,9 +25,14 @@
 
 namespace slope::parallel {
 
-// Positions in [s-W+1, s) for every segment s of `shard`, minus the positions it holds;
-// sorted, disjoint.
-std::vector<model::Segment> halo_needed(const model::SequenceShard& shard, int64_t window);
+// Positions in [s-W+1, s) for every segment s of `q`, minus the positions `kv` holds; sorted,
+// disjoint.
+std::vector<model::Segment> halo_needed(const model::SequenceShard& q,
+                                        const model::SequenceShard& kv, int64_t window);
+// Same with queries = keys = shard.
+inline std::vector<model::Segment> halo_needed(const model::SequenceShard& shard, int64_t window) {
+  return halo_needed(shard, shard, window);
+}
 
 class HaloExchange {
  public:
@@ -33,7 +44,15 @@ class HaloExchange {
   // all visible keys, without sinks. spec.mask.window must be > 0.
   void attend(const model::LayerAttention& spec, const std::vector<model::SequenceShard>& shards,
               const float* q, const float* k, const float* v, float* out, float* lse,
-              CpStats& stats);
+              CpStats& stats) {
+    attend(spec, shards, shards, q, k, v, out, lse, stats);
+  }
+  // General form: q_shards / kv_shards: every rank's query / K/V rows (q ⊆ kv on each rank,
+  // K/V shards disjoint over ranks). q [q rows, Hq, D], k/v [kv rows, Hkv, D]: this rank's;
+  // out [q rows, Hq, D], lse [q rows, Hq].
+  void attend(const model::LayerAttention& spec, const std::vector<model::SequenceShard>& q_shards,
+              const std::vector<model::SequenceShard>& kv_shards, const float* q, const float* k,
+              const float* v, float* out, float* lse, CpStats& stats);
 
  private:
   Communicator& comm_;

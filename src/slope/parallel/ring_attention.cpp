@@ -9,16 +9,27 @@ namespace slope::parallel {
 void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout& layout,
                            const float* q, const float* k, const float* v, float* out, float* lse,
                            CpStats& stats) {
+  const int R = ring_.size();
+  std::vector<std::vector<Segment>> blocks;  // every ring rank's K/V block (its ring shard)
+  for (int s = 0; s < R; ++s) blocks.push_back(layout.ring_shard(s).segments);
+  attend(spec, blocks[ring_.rank()], q, blocks, k, v, out, lse, stats);
+}
+
+void RingAttention::attend(const model::LayerAttention& spec,
+                           const std::vector<Segment>& q_segments, const float* q,
+                           const std::vector<std::vector<Segment>>& blocks, const float* k,
+                           const float* v, float* out, float* lse, CpStats& stats) {
   const int R = ring_.size(), r = ring_.rank();
   const int64_t Hq = spec.shape.num_q_heads, Hkv = spec.shape.num_kv_heads, D = spec.shape.head_dim;
-  const SequenceShard mine = layout.ring_shard(r);
-  reset_attention_state(out, lse, mine.local_tokens(), Hq, D);
+  int64_t q_rows = 0;
+  for (const Segment& s : q_segments) q_rows += s.length;
+  reset_attention_state(out, lse, q_rows, Hq, D);
 
-  std::vector<SequenceShard> blocks;  // every ring rank's K/V block (its ring shard)
+  std::vector<int64_t> block_rows(R, 0);
   int64_t max_rows = 0;
   for (int s = 0; s < R; ++s) {
-    blocks.push_back(layout.ring_shard(s));
-    max_rows = std::max(max_rows, blocks.back().local_tokens());
+    for (const Segment& g : blocks.at(s)) block_rows[s] += g.length;
+    max_rows = std::max(max_rows, block_rows[s]);
   }
   const int64_t row_elems = Hkv * D;
   if (R > 1)
@@ -37,8 +48,8 @@ void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout
     if (t < R - 1) {
       // Pass the held block on and fetch the one the previous rank holds now. The receive
       // buffer is the other half of the double buffer, free since the last step's waits.
-      const int64_t n_send = blocks[src].local_tokens() * row_elems;
-      n_recv = blocks[(src - 1 + R) % R].local_tokens() * row_elems;
+      const int64_t n_send = block_rows[src] * row_elems;
+      n_recv = block_rows[(src - 1 + R) % R] * row_elems;
       next_buf = buf_[(t + 1) % 2].data();
       reqs.push_back(ring_.irecv(next_buf, size_t(n_recv), prev, Tag::RingKV));
       reqs.push_back(ring_.irecv(next_buf + n_recv, size_t(n_recv), prev, Tag::RingKV));
@@ -53,8 +64,8 @@ void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout
     const std::function<void()> poll = reqs.empty() ? std::function<void()>() : progress;
     bool computed = false;
     int64_t row = 0;
-    for (const Segment& qs : mine.segments) {
-      computed |= block_.accumulate(spec, q + row * Hq * D, qs, kp, vp, blocks[src].segments,
+    for (const Segment& qs : q_segments) {
+      computed |= block_.accumulate(spec, q + row * Hq * D, qs, kp, vp, blocks[src],
                                     out + row * Hq * D, lse + row * Hq, poll, stats);
       row += qs.length;
     }

@@ -37,6 +37,15 @@ class RingAttention {
   void attend(const model::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
               const float* k, const float* v, float* out, float* lse, CpStats& stats);
 
+  // General form (chunked prefill): q [Σ q_segments, Hq, D] this rank's query rows;
+  // blocks[s]: the positions of ring rank s's K/V rows in its buffer order (known to every
+  // rank); k/v [Σ blocks[my rank], Hkv, D] this rank's block. The blocks of all ring ranks
+  // together must hold every key the queries see, each key once.
+  // out [q rows, Hq, D], lse [q rows, Hq]: attention over all blocks, without sinks.
+  void attend(const model::LayerAttention& spec, const std::vector<Segment>& q_segments,
+              const float* q, const std::vector<std::vector<Segment>>& blocks, const float* k,
+              const float* v, float* out, float* lse, CpStats& stats);
+
  private:
   Communicator& ring_;
   BlockAttention block_;

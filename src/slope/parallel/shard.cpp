@@ -68,4 +68,11 @@ SequenceShard my_shard(const Mesh& mesh, int64_t num_tokens) {
   return zigzag_shard(num_tokens, mesh.shape(), mesh.ring_rank(), mesh.ulysses_rank());
 }
 
+SequenceShard my_chunk_shard(const Mesh& mesh, Segment chunk, int64_t total_tokens) {
+  SequenceShard s = my_shard(mesh, chunk.length);
+  for (Segment& g : s.segments) g.start += chunk.start;
+  s.total_tokens = total_tokens;
+  return s;
+}
+
 }  // namespace slope::parallel

@@ -58,5 +58,8 @@ class ZigzagLayout {
 SequenceShard zigzag_shard(int64_t num_tokens, const MeshShape& shape, int ring_rank,
                            int ulysses_rank);
 SequenceShard my_shard(const Mesh& mesh, int64_t num_tokens);
+// Chunked prefill: this rank's zigzag shard of the chunk [chunk.start, chunk.end()) (the chunk's
+// own layout, positions offset by chunk.start) of a prompt of total_tokens tokens.
+SequenceShard my_chunk_shard(const Mesh& mesh, model::Segment chunk, int64_t total_tokens);
 
 }  // namespace slope::parallel

@@ -152,4 +152,96 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
   stats.compute_seconds += now_seconds() - t0;
 }
 
+UlyssesRows::UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape)
+    : comm_(comm), shape_(shape) {
+  const int U = comm.size();
+  const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
+  SLOPE_CHECK(Hq % U == 0 && (Hkv % U == 0 || U % Hkv == 0), "--ulysses ", U, " cannot split ",
+              Hq, " query / ", Hkv, " KV heads");
+  for (int j = 0; j < U; ++j) heads_.push_back(ulysses_heads(j, U, Hq, Hkv));
+}
+
+void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_rows, const float* k,
+                                const float* v, const std::vector<int64_t>& kv_rows, float* q_g,
+                                float* k_g, float* v_g, CpStats& stats) {
+  const int U = comm_.size(), me = comm_.rank();
+  const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads;
+  const HeadSlice& mine = heads_[me];
+  double t0 = now_seconds();
+
+  // Send block for rank j: [q_rows[me], nq_j, D] q | [kv_rows[me], nkv_j, D] k | same for v.
+  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
+  int64_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < U; ++j) {
+    sc[j] = (q_rows[me] * heads_[j].nq + 2 * kv_rows[me] * heads_[j].nkv) * D;
+    sd[j] = stotal;
+    stotal += sc[j];
+    rc[j] = (q_rows[j] * mine.nq + 2 * kv_rows[j] * mine.nkv) * D;
+    rd[j] = rtotal;
+    rtotal += rc[j];
+  }
+  send_.resize(size_t(stotal));
+  recv_.resize(size_t(rtotal));
+  for (int j = 0; j < U; ++j) {
+    const HeadSlice& h = heads_[j];
+    float* dst = send_.data() + sd[j];
+    for (int64_t i = 0; i < q_rows[me]; ++i, dst += h.nq * D)
+      std::memcpy(dst, q + (i * Hq + h.q0) * D, size_t(h.nq * D) * sizeof(float));
+    for (const float* src : {k, v})
+      for (int64_t i = 0; i < kv_rows[me]; ++i, dst += h.nkv * D)
+        std::memcpy(dst, src + (i * Hkv + h.kv0) * D, size_t(h.nkv * D) * sizeof(float));
+  }
+  stats.compute_seconds += now_seconds() - t0;
+
+  t0 = now_seconds();
+  comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
+  stats.comm_seconds += now_seconds() - t0;
+
+  // Unpack: rank j's rows go after ranks 0..j-1's.
+  t0 = now_seconds();
+  int64_t qr = 0, kr = 0;
+  for (int j = 0; j < U; ++j) {
+    const float* src = recv_.data() + rd[j];
+    const size_t qn = size_t(q_rows[j] * mine.nq * D), kn = size_t(kv_rows[j] * mine.nkv * D);
+    std::memcpy(q_g + qr * mine.nq * D, src, qn * sizeof(float));
+    std::memcpy(k_g + kr * mine.nkv * D, src + qn, kn * sizeof(float));
+    std::memcpy(v_g + kr * mine.nkv * D, src + qn + kn, kn * sizeof(float));
+    qr += q_rows[j];
+    kr += kv_rows[j];
+  }
+  stats.compute_seconds += now_seconds() - t0;
+}
+
+void UlyssesRows::gather_heads(const float* out_g, const std::vector<int64_t>& q_rows, float* out,
+                               CpStats& stats) {
+  const int U = comm_.size(), me = comm_.rank();
+  const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads;
+  const HeadSlice& mine = heads_[me];
+  // To rank j: its rows of my heads, [q_rows[j], nq, D], contiguous in out_g; from rank j: my
+  // rows of its heads. The send side needs no packing.
+  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
+  int64_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < U; ++j) {
+    sc[j] = q_rows[j] * mine.nq * D;
+    sd[j] = stotal;
+    stotal += sc[j];
+    rc[j] = q_rows[me] * heads_[j].nq * D;
+    rd[j] = rtotal;
+    rtotal += rc[j];
+  }
+  recv_.resize(size_t(rtotal));
+  double t0 = now_seconds();
+  comm_.alltoallv(out_g, sc, sd, recv_.data(), rc, rd);
+  stats.comm_seconds += now_seconds() - t0;
+
+  t0 = now_seconds();
+  for (int j = 0; j < U; ++j) {
+    const HeadSlice& h = heads_[j];
+    const float* src = recv_.data() + rd[j];
+    for (int64_t i = 0; i < q_rows[me]; ++i, src += h.nq * D)
+      std::memcpy(out + (i * Hq + h.q0) * D, src, size_t(h.nq * D) * sizeof(float));
+  }
+  stats.compute_seconds += now_seconds() - t0;
+}
+
 }  // namespace slope::parallel

@@ -58,4 +58,30 @@ class UlyssesExchange {
   std::vector<float> send_, recv_;
 };
 
+// The same exchange for any rows (chunked prefill): rank j contributes q_rows[j] query rows and
+// kv_rows[j] K/V rows (counts known to every rank of the group); the group's rows are rank 0's,
+// then rank 1's, and so on. K/V rows and query rows are counted separately so that a caller
+// can send only the K/V rows a peer does not have yet.
+class UlyssesRows {
+ public:
+  UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape);
+
+  const HeadSlice& my_heads() const { return heads_[comm_.rank()]; }
+
+  // q [q_rows[me], Hq, D], k/v [kv_rows[me], Hkv, D] ->
+  // q_g [Σ q_rows, nq, D], k_g/v_g [Σ kv_rows, nkv, D] (caller-sized buffers).
+  void scatter_heads(const float* q, const std::vector<int64_t>& q_rows, const float* k,
+                     const float* v, const std::vector<int64_t>& kv_rows, float* q_g, float* k_g,
+                     float* v_g, CpStats& stats);
+  // out_g [Σ q_rows, nq, D] -> out [q_rows[me], Hq, D].
+  void gather_heads(const float* out_g, const std::vector<int64_t>& q_rows, float* out,
+                    CpStats& stats);
+
+ private:
+  Communicator& comm_;
+  kernels::AttentionShape shape_;
+  std::vector<HeadSlice> heads_;
+  std::vector<float> send_, recv_;
+};
+
 }  // namespace slope::parallel
