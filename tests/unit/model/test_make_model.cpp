@@ -310,3 +310,33 @@ TEST_F(MakeModelTest, BadOptions) {
 }
 
 }  // namespace
+
+namespace {
+
+// The reference fixtures' checkpoints were written by transformers and the safetensors library
+// (tests/reference/make_fixtures.py): reading them checks the reader against the reference
+// writer, and the tensor list checks model_tensor_specs against the layout transformers uses.
+TEST(HfCheckpoints, FixtureModelsMatchTensorSpecs) {
+  const std::pair<const char*, DType> families[] = {{"gpt_oss", DType::BF16},
+                                                    {"gpt_oss_mxfp4", DType::BF16},
+                                                    {"llama", DType::F32},
+                                                    {"qwen2", DType::F16},
+                                                    {"qwen3", DType::BF16}};
+  for (const auto& [family, dtype] : families) {
+    const std::string dir = std::string(SLOPE_REFERENCE_DIR) + "/fixtures/" + family + "/model";
+    if (!fs::exists(dir + "/config.json")) GTEST_SKIP() << "no fixtures at " << dir;
+    SCOPED_TRACE(family);
+    ModelConfig cfg = load_config(dir);
+    EXPECT_EQ(cfg.mxfp4_experts, std::string(family) == "gpt_oss_mxfp4");
+    WeightStore ws(dir);
+    const auto specs = model_tensor_specs(cfg, dtype);
+    EXPECT_EQ(ws.names().size(), specs.size());
+    for (const TensorSpec& s : specs) {
+      ASSERT_TRUE(ws.contains(s.name)) << s.name;
+      Tensor t = ws.get(s.name, s.shape);
+      EXPECT_EQ(t.dtype(), s.dtype) << s.name;
+    }
+  }
+}
+
+}  // namespace
