@@ -98,14 +98,10 @@ StagePlan Topology::stage_plan() const {
   p.prev_rank = stage_ > 0 ? world_.rank() - S : -1;
   p.next_rank = stage_ < shape_.pp - 1 ? world_.rank() + S : -1;
   if (cp_mesh_) {
-    const parallel::MeshShape ms{shape_.ring, shape_.ulysses};
-    const int r = cp_mesh_->ring_rank(), u = cp_mesh_->ulysses_rank();
     // Each chunk is sharded zigzag over the stage's ring x ulysses group, positions global.
-    p.rows_of_chunk = [ms, r, u](model::Segment chunk, int64_t total) {
-      model::SequenceShard s = parallel::ZigzagLayout(chunk.length, ms).shard(r, u);
-      for (model::Segment& seg : s.segments) seg.start += chunk.start;
-      s.total_tokens = total;
-      return s;
+    const parallel::Mesh* mesh = cp_mesh_.get();
+    p.rows_of_chunk = [mesh](model::Segment chunk, int64_t total) {
+      return parallel::my_chunk_shard(*mesh, chunk, total);
     };
   }
   if (shape_.tp > 1) {
