@@ -34,15 +34,12 @@ int64_t SequenceShard::local_index(int64_t position) const {
   return -1;
 }
 
-namespace {
-// True if some query in q_seg can see some key in kv_seg under the mask.
 bool any_visible(const kernels::AttentionMask& mask, Segment q_seg, Segment kv_seg) {
   if (q_seg.length == 0 || kv_seg.length == 0) return false;
   if (mask.causal && kv_seg.start > q_seg.end() - 1) return false;  // all keys in the future
   if (mask.window > 0 && kv_seg.end() - 1 <= q_seg.start - mask.window) return false;  // too old
   return true;
 }
-}  // namespace
 
 void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, const float* k,
                      const float* v, const std::vector<Segment>& kv_segments, float* out,

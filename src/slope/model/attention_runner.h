@@ -59,6 +59,10 @@ class LocalAttention : public AttentionRunner {
               const float* k, const float* v, const SequenceShard& kv_shard, float* out) override;
 };
 
+// True if some query in q_seg can see some key in kv_seg under the mask (causal: a key not in
+// the future of the last query; window: a key not older than the first query's window).
+bool any_visible(const kernels::AttentionMask& mask, Segment q_seg, Segment kv_seg);
+
 // Attention over explicit segments, the building block of LocalAttention and of the
 // context-parallel runners: out/lse for q rows (one segment) against k/v rows (several
 // segments), no sinks applied; lse = -inf where no key is visible.

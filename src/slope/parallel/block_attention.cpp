@@ -10,13 +10,6 @@ namespace slope::parallel {
 
 using model::Segment;
 
-bool any_visible(const kernels::AttentionMask& mask, Segment q_seg, Segment kv_seg) {
-  if (q_seg.length == 0 || kv_seg.length == 0) return false;
-  if (mask.causal && kv_seg.start > q_seg.end() - 1) return false;  // all keys in the future
-  if (mask.window > 0 && kv_seg.end() - 1 <= q_seg.start - mask.window) return false;  // too old
-  return true;
-}
-
 void reset_attention_state(float* out, float* lse, int64_t n, int64_t H, int64_t D) {
   std::fill(out, out + n * H * D, 0.f);
   std::fill(lse, lse + n * H, -std::numeric_limits<float>::infinity());

@@ -38,7 +38,7 @@ struct CpStats {
 };
 
 // True if some query in q_seg can see some key in kv_seg under the mask.
-bool any_visible(const kernels::AttentionMask& mask, model::Segment q_seg, model::Segment kv_seg);
+using model::any_visible;
 
 class BlockAttention {
  public:

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <map>
 
+#include "slope/engine/distributed.h"
 #include "slope/engine/prefill.h"
 #include "slope/model/model.h"
 #include "slope/model/safetensors.h"
@@ -21,14 +22,7 @@ namespace {
 constexpr double kF32Tol = 1e-4;  // f32 compute vs transformers float32
 constexpr double kBf16Tol = 5e-2; // bf16 weights/activations, f32 accumulation
 
-double rel_err(const float* a, const float* b, int64_t n) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    den = std::max(den, std::fabs(double(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
+double rel_err(const float* a, const float* b, int64_t n) { return engine::relative_error(a, b, n); }
 
 struct Case {
   std::string family;
