@@ -13,8 +13,11 @@
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
 #include "slope/model/config.h"
+#include "slope/planner/cost_model.h"
 #include "slope/planner/hardware_profile.h"
 #include "slope/planner/plan.h"
+
+#include <nlohmann/json.hpp>
 
 namespace slope::cli {
 namespace {
@@ -59,12 +62,131 @@ model::ModelConfig read_model(const std::string& path) {
   return model::parse_config(ss.str(), path);
 }
 
+// "U,R,P,TP[,chunk]" -> Mesh; chunk absent or -1: the engine's default for P > 1.
+planner::Mesh parse_mesh(const std::string& text, int64_t tokens) {
+  std::vector<int64_t> v;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long x = 0;
+    try {
+      x = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SLOPE_CHECK(used == item.size() && !item.empty(), "--mesh '", text,
+                "': entries must be integers; write U,R,P,TP[,chunk], e.g. 1,2,1,1 or 1,1,2,1,2048");
+    v.push_back(x);
+  }
+  SLOPE_CHECK(v.size() == 4 || v.size() == 5, "--mesh '", text,
+              "' needs 4 or 5 entries: U,R,P,TP[,chunk] (chunk: tokens per pipeline chunk, 0 = whole prompt)");
+  for (size_t i = 0; i < 4; ++i)
+    SLOPE_CHECK(v[i] >= 1 && v[i] <= 1 << 20, "--mesh '", text, "': U, R, P and TP must be at least 1");
+  planner::Mesh m;
+  m.U = int(v[0]), m.R = int(v[1]), m.P = int(v[2]), m.TP = int(v[3]);
+  const int64_t chunk = v.size() == 5 ? v[4] : -1;
+  SLOPE_CHECK(chunk >= -1, "--mesh '", text, "': chunk must be 0 (whole prompt), positive, or -1 (engine default)");
+  m.chunk = chunk < 0 ? planner::default_pipeline_chunk(m.P, tokens) : chunk;
+  return m;
+}
+
+std::string seconds(double s) {
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(s < 10 ? 4 : 2);
+  os << s;
+  return os.str();
+}
+
+// `slope plan --predict`: the cost model for one mesh and one or more prompt lengths.
+int cmd_predict(int argc, char** argv) {
+  CLI::App app{"Predict TTFT, its per-phase breakdown and memory per rank for one parallel layout\n"
+               "with the cost model of docs/planner.md.",
+               "slope plan --predict"};
+  std::string model_path, profile_path, contexts_text, mesh_text, dtype = "bf16";
+  bool predict_flag = false, json = false, no_engine = false;
+  double eff_scale = 1.0;
+  app.add_flag("--predict", predict_flag, "predict one configuration (this mode)");
+  app.add_option("--model", model_path, "HF config.json, or the model directory holding it")->required();
+  app.add_option("--hardware", profile_path, "hardware profile: a JSON file or a name in profiles/")->required();
+  app.add_option("--mesh", mesh_text,
+                 "U,R,P,TP[,chunk]: Ulysses, ring, pipeline stages, tensor parallel, tokens per pipeline "
+                 "chunk (default for P > 1: the engine's max(256, ceil(N/(4P))); 0 = whole prompt)")
+      ->required();
+  app.add_option("--context", contexts_text, "prompt lengths, comma-separated: 4096,32k (k = 1024)")->required();
+  app.add_option("--dtype", dtype, "compute dtype of the GEMMs: bf16 (default), fp16 or fp32");
+  app.add_option("--efficiency-scale", eff_scale, "multiply every compute efficiency of the profile (sensitivity)");
+  app.add_flag("--no-engine-spec", no_engine, "ignore the profile's \"engine\" object (generic kernels)");
+  app.add_flag("--json", json, "print one JSON object per length, one per line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  SLOPE_CHECK(dtype == "bf16" || dtype == "fp16" || dtype == "fp32", "--dtype must be bf16, fp16 or fp32, got '",
+              dtype, "'");
+  SLOPE_CHECK(eff_scale > 0, "--efficiency-scale must be positive, got ", eff_scale);
+  model::ModelConfig cfg = read_model(model_path);
+  planner::HardwareProfile hw = planner::load_profile(profile_path);
+  if (eff_scale != 1.0) hw = planner::scale_efficiency(hw, eff_scale);
+  planner::CostOptions opt;
+  opt.compute_dtype = dtype;
+  opt.use_engine_spec = !no_engine;
+  for (int64_t n : parse_contexts(contexts_text)) {
+    const planner::Mesh mesh = parse_mesh(mesh_text, n);
+    const planner::Prediction p = planner::predict(cfg, hw, mesh, n, opt);
+    const planner::PhaseTimes& ph = p.phases;
+    const std::pair<const char*, double> phases[] = {
+        {"linear", ph.linear},           {"elementwise", ph.elementwise}, {"attention", ph.attention},
+        {"ulysses", ph.ulysses},         {"ring_exposed", ph.ring_exposed}, {"halo", ph.halo},
+        {"tp_allreduce", ph.tp_allreduce}, {"overhead", ph.overhead},     {"lm_head", ph.lm_head},
+        {"pipeline_fill", ph.pipeline_fill}};
+    if (json) {
+      nlohmann::json j;
+      j["model"] = model_path;
+      j["hardware"] = hw.name;
+      j["mesh"] = {{"U", mesh.U}, {"R", mesh.R}, {"P", mesh.P}, {"TP", mesh.TP}, {"chunk", mesh.chunk}};
+      j["mesh_name"] = mesh.str();
+      j["dtype"] = dtype;
+      j["tokens"] = n;
+      j["chunks"] = p.chunks;
+      j["ttft_s"] = p.ttft_s;
+      j["service_s"] = p.service_s;
+      for (const auto& [k, v] : phases) j["phases_s"][k] = v;
+      j["flops_per_rank"] = p.flops_per_rank;
+      j["flops_total"] = p.flops_total;
+      j["bytes_sent_per_rank"] = {{"ulysses", p.ulysses_bytes}, {"ring", p.ring_bytes}, {"halo", p.halo_bytes},
+                                  {"pipeline", p.pipeline_bytes}, {"allreduce", p.allreduce_bytes}};
+      j["memory_bytes"] = {{"weights", p.memory.weights}, {"kv_cache", p.memory.kv_cache},
+                           {"attention_workspace", p.memory.attention_workspace},
+                           {"activations", p.memory.activations}, {"total", p.memory.total()},
+                           {"capacity", p.memory_capacity}};
+      j["fits"] = p.fits;
+      std::cout << j.dump() << "\n";
+    } else {
+      std::cout << cfg.architecture << " on " << hw.name << ", " << mesh.str() << ", " << n << " tokens ("
+                << p.chunks << " chunk" << (p.chunks == 1 ? "" : "s") << ", " << dtype << ")\n";
+      std::cout << "  TTFT " << seconds(p.ttft_s) << " s   service " << seconds(p.service_s) << " s   "
+                << p.flops_per_rank / 1e9 << " GFLOP on the busiest rank\n";
+      for (const auto& [k, v] : phases)
+        if (v > 0) std::cout << "  " << k << std::string(15 - std::string(k).size(), ' ') << seconds(v) << " s\n";
+      std::cout << "  memory per rank " << p.memory.total() / 1e9 << " GB of " << p.memory_capacity / 1e9
+                << " GB usable" << (p.fits ? "" : "  (DOES NOT FIT)") << "\n";
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int cmd_plan(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--predict") return cmd_predict(argc, argv);
   CLI::App app{"Pick parallel configurations and instance counts that meet a TTFT SLO.\n"
                "Predictions come from the cost model in docs/planner.md; datasheet profiles carry\n"
-               "assumed efficiencies until calibrated.",
+               "assumed efficiencies until calibrated. `slope plan --predict --mesh U,R,P,TP[,chunk]`\n"
+               "predicts one configuration (see `slope plan --predict --help`).",
                "slope plan"};
   std::string model_path, profile_path, contexts_text, curve_out;
   int nodes = 0, devices = 0, max_listed = 10;

@@ -96,6 +96,42 @@ void add_scaled(StageCost& a, const StageCost& b, double n) {
 
 }  // namespace
 
+double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t window, int64_t bq,
+                           int64_t bk, double row_overhead) {
+  if (q1 <= q0 || k1 <= k0) return 0;
+  if (bq <= 0 || bk <= 0) {
+    // Exact pairs: Σ over queries of the visible keys in [k0, k1), causal, window W.
+    double pairs = 0;
+    auto visible = [&](int64_t q) {  // keys of query q in [k0, k1)
+      int64_t lo = window > 0 ? std::max(k0, q - window + 1) : k0, hi = std::min(k1, q + 1);
+      return std::max<int64_t>(0, hi - lo);
+    };
+    for (int64_t q = q0; q < q1; ++q) pairs += double(visible(q));
+    return pairs;
+  }
+  // Every key visible to every query (keys all before the first query, no window reaching
+  // them): a rectangle, tiles of full width except the last.
+  if (k1 <= q0 + 1 && (window <= 0 || q1 - window + 1 <= k0))
+    return double(q1 - q0) * (double(k1 - k0) + row_overhead);
+  double work = 0;
+  for (int64_t b0 = q0; b0 < q1; b0 += bq) {
+    const int64_t b1 = std::min(b0 + bq, q1);
+    const int64_t lo = window > 0 ? std::max(k0, b0 - window + 1) : k0;  // first key any row sees
+    const int64_t hi = std::min(k1, b1);                                   // one past the last
+    if (hi <= lo) continue;
+    const int64_t t_lo = (lo - k0) / bk, t_hi = (hi - 1 - k0) / bk;
+    double keys = double(t_hi - t_lo + 1) * double(bk);
+    keys -= double(std::max<int64_t>(0, k0 + (t_hi + 1) * bk - k1));  // the last tile is narrower
+    work += double(b1 - b0) * (keys + row_overhead);
+  }
+  return work;
+}
+
+int64_t default_pipeline_chunk(int P, int64_t tokens) {
+  if (P <= 1) return 0;
+  return std::max<int64_t>(256, (tokens + 4 * P - 1) / (4 * int64_t(P)));
+}
+
 std::string Mesh::str() const {
   std::ostringstream os;
   const char* sep = "";
@@ -232,8 +268,21 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   const double mm_rate = hw.matmul(opt.compute_dtype).flops_per_s();
   const double expert_rate =
       (cfg.mxfp4_experts && dev.matmul.count("mxfp4")) ? hw.matmul("mxfp4").flops_per_s() : mm_rate;
-  const double attn_rate = hw.attention(opt.compute_dtype).flops_per_s();
-  const double wire = opt.wire_bytes;
+  const EngineSpec eng = opt.use_engine_spec ? hw.engine : EngineSpec{};
+  // SLOPE's CPU attention runs in fp32 whatever the model dtype: the profile says which rate.
+  const std::string attn_dtype = eng.attention_dtype.empty() ? opt.compute_dtype : eng.attention_dtype;
+  double attn_rate = hw.attention(attn_dtype).flops_per_s();
+  const bool tiles = eng.attention_block_q > 0 && eng.attention_block_k > 0;
+  const int64_t bq = tiles ? eng.attention_block_q : 0, bk = tiles ? eng.attention_block_k : 0;
+  const double row_ovh = tiles ? eng.attention_row_overhead : 0;
+  if (tiles && eng.attention_calibrated_tokens > 0) {
+    // The profile's rate counts exact pairs of a causal self-attention of n_cal tokens; the
+    // kernel did the tile work of that call in the same time.
+    const int64_t n_cal = eng.attention_calibrated_tokens;
+    attn_rate *= attention_tile_work(0, n_cal, 0, n_cal, 0, bq, bk, row_ovh) / attention_pairs(0, n_cal, 0);
+  }
+  const double wire = eng.wire_bytes > 0 ? eng.wire_bytes : opt.wire_bytes;
+  const double msg = eng.message_overhead_us * 1e-6;
   const double kern = dev.kernel_overhead_us * 1e-6;
 
   const double h = double(cfg.hidden_size), d = double(cfg.head_dim), H = double(cfg.num_heads),
@@ -254,53 +303,128 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     for (int64_t i = 0; i < n; ++i) stage_layers[s].push_back(l++);
   }
 
+  // Attention work of the busiest rank for the chunk [p, p + c) in key-equivalents per query
+  // head (tile work with the engine's tiles, else exact pairs / ranks). Full layers: ring
+  // position r holds the zigzag pieces r and 2R-1-r of the chunk (all its Ulysses ranks' rows,
+  // gathered), and attends to every piece of this chunk and all earlier keys; sliding layers:
+  // each rank's own rows against its keys and the halo.
+  auto attention_work = [&](int64_t w, int64_t p, int64_t c) -> double {
+    if (!tiles) return attention_pairs(p, p + c, w) / (w <= 0 ? double(m.R) : cp);
+    const int R = m.R;
+    auto piece = [&](int i, int parts) {  // [start, end) of piece i of `parts` of the chunk
+      return std::pair<int64_t, int64_t>{p + i * c / parts, p + (i + 1) * c / parts};
+    };
+    double worst = 0;
+    for (int r = 0; r < R; ++r) {
+      std::vector<std::pair<int64_t, int64_t>> mine;
+      if (R == 1) mine.push_back({p, p + c});
+      else mine = {piece(r, 2 * R), piece(2 * R - 1 - r, 2 * R)};
+      double work = 0;
+      if (w <= 0 && cp == 1) {
+        // One rank: the cache is one contiguous run of keys [0, p + c).
+        work = attention_tile_work(p, p + c, 0, p + c, 0, bq, bk, row_ovh);
+      } else if (w <= 0) {
+        // Earlier chunks' keys [0, p) are all visible: p keys per row, one call per earlier
+        // piece (2R pieces per chunk, R = 1: one); this chunk's pieces tile by tile.
+        const double earlier_calls = double(p / chunk) * (R == 1 ? 1 : 2 * R);
+        for (auto [a, b] : mine) {
+          work += double(b - a) * (double(p) + earlier_calls * row_ovh);
+          if (R == 1) {
+            work += attention_tile_work(a, b, p, b, 0, bq, bk, row_ovh);
+          } else {
+            for (int i = 0; i < 2 * R; ++i) {
+              auto [k0, k1] = piece(i, 2 * R);
+              work += attention_tile_work(a, b, k0, std::min(k1, b), 0, bq, bk, row_ovh);
+            }
+          }
+        }
+      } else {
+        // Sliding: Ulysses rank 0 of the position holds the first 1/U of each piece; keys from
+        // the window before it (the halo) to its end; one rank reads its cache from 0.
+        for (auto [a, b] : mine) {
+          const int64_t b_u = a + (b - a) / m.U;
+          const int64_t k0 = cp > 1 ? std::max<int64_t>(0, a - w + 1) : 0;
+          work += attention_tile_work(a, b_u, k0, b_u, w, bq, bk, row_ovh);
+        }
+      }
+      worst = std::max(worst, work);
+    }
+    return worst;
+  };
+
+  // Element-wise bytes per token and layer of one rank. Fused (default): 2 norms and 2
+  // residuals over hidden, RoPE over q and k, SwiGLU over the intermediate, in fp32. Unfused,
+  // as SLOPE's CPU engine runs (fp32 between kernels): input and post norms (read + write
+  // hidden), the fused qkv output split into q, k, v, RoPE read + write of q and k, a bf16 copy
+  // of every GEMM input (read 4, write 2 bytes), the o_proj sum into the residual, under TP
+  // the all-reduced partial added twice, and for MoE the gather of each token's k expert
+  // rows, SwiGLU (read 2I, write I) and the weighted scatter-add (read y, read + write h).
+  const double Hq_tp = hs.q_tp, K_tp = hs.kv_tp, I_tp = inter / m.TP;
+  double ew_per_token;
+  if (!eng.unfused_elementwise) {
+    ew_per_token = 4 * (8 * h + 2 * (H + KV) * d / TP + (cfg.is_moe() ? 3 * k * inter : 3 * inter) / TP);
+  } else {
+    const double conv = opt.compute_dtype == "fp32" ? 0.0 : 6.0;  // bytes per GEMM input element
+    const double qkv_w = (Hq_tp + 2 * K_tp) * d;
+    ew_per_token = 8 * h + 8 * qkv_w + 8 * (Hq_tp + K_tp) * d + conv * (h + Hq_tp * d) + 4 * h + 8 * h;
+    if (m.TP > 1) ew_per_token += 2 * 12 * h;
+    if (cfg.is_moe())
+      ew_per_token += conv * (h + k * h + k * I_tp) + 8 * k * h + 12 * k * I_tp + 12 * k * h;
+    else
+      ew_per_token += conv * (h + I_tp) + 12 * I_tp;
+  }
+  const double gemm_rows = double(eng.gemm_rows);
+
   // Cost of one layer of window w on one rank for the chunk of queries [p, p + c).
   auto layer_cost = [&](int64_t w, double p, double c, StageCost& sc) {
     const double t = c / cp;  // tokens per rank for token-local work (TP ranks share them)
+    // Token-local work runs in blocks of gemm_rows tokens (the engine's --chunk).
+    const double blocks = gemm_rows > 0 ? std::ceil(t / gemm_rows) : 1.0;
+    const double t_block = gemm_rows > 0 ? std::min(t, gemm_rows) : t;
     // Linear layers: each GEMM is a roofline of its FLOPs and its weight + activation bytes.
     const double proj_flops = t * 2 * (h * H * d + 2 * h * KV * d + H * d * h) / TP;
-    const double proj_bytes = wb.attention_per_layer / TP + t * wire * (2 * h + (2 * H + 2 * KV) * d / TP);
+    const double proj_bytes = blocks * wb.attention_per_layer / TP + t * wire * (2 * h + (2 * H + 2 * KV) * d / TP);
     double lin = roof(proj_flops, mm_rate, proj_bytes, mem_bw);
     double mlp_flops;
     if (cfg.is_moe()) {
       const double router_flops = t * 2 * h * E;
-      lin += roof(router_flops, mm_rate, wb.router_per_layer + t * wire * (h + E), mem_bw);
-      // Experts touched by t tokens choosing k of E each (uniform routing): E(1 - (1 - k/E)^t);
-      // each touched expert's weights are read once per chunk.
-      const double touched = E * (1 - std::pow(1 - k / E, t));
+      lin += roof(router_flops, mm_rate, blocks * wb.router_per_layer + t * wire * (h + E), mem_bw);
+      // Experts touched by a block of tokens choosing k of E each (uniform routing):
+      // E(1 - (1 - k/E)^t); each touched expert's weights are read once per block.
+      const double touched = E * (1 - std::pow(1 - k / E, t_block));
       mlp_flops = t * k * 2 * 3 * h * inter / TP;
-      const double mlp_bytes = touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
+      const double mlp_bytes = blocks * touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
       lin += roof(mlp_flops, expert_rate, mlp_bytes, mem_bw);
       sc.flops += router_flops;
     } else {
       mlp_flops = t * 2 * 3 * h * inter / TP;
-      lin += roof(mlp_flops, mm_rate, wb.mlp_per_layer / TP + t * wire * (2 * h + 3 * inter / TP), mem_bw);
+      lin += roof(mlp_flops, mm_rate, blocks * wb.mlp_per_layer / TP + t * wire * (2 * h + 3 * inter / TP), mem_bw);
     }
     sc.flops += proj_flops + mlp_flops;
     sc.t.linear += lin;
-    // Element-wise passes in fp32: 2 norms and 2 residuals over hidden, RoPE over q and k,
-    // SwiGLU over the expert (or MLP) intermediate.
-    const double ew_bytes =
-        t * 4 * (8 * h + 2 * (H + KV) * d / TP + (cfg.is_moe() ? 3 * k * inter : 3 * inter) / TP);
-    sc.t.elementwise += ew_bytes / mem_bw;
+    sc.t.elementwise += t * ew_per_token / mem_bw;
 
     const double attn_flops = attention_pairs(int64_t(p), int64_t(p + c), w) * pair_flops / (cp * TP);
     sc.flops += attn_flops;
+    // Time-relevant work (tiles, or exact pairs) of the busiest rank, its heads only.
+    // Full layers: a ring position's rows with 1/U of the heads; sliding: a rank's rows.
+    const double attn_work_flops = attention_work(w, int64_t(p), int64_t(c)) * pair_flops / TP /
+                                   (w <= 0 ? double(m.U) : 1.0);
     double kernels = kKernelsPerLayer + 1;
     if (w <= 0) {
-      const double comp = attn_flops / attn_rate;
+      const double comp = attn_work_flops / attn_rate;
       if (m.U > 1) {
         // Before: q, k, v of my tokens to the ranks owning their heads; after: o back.
         const double bytes = t * d * wire * (m.U - 1) * (2 * hs.q_u + 2 * hs.kv_u);
         sc.ulysses_bytes += bytes;
-        sc.t.ulysses += bytes / hw.node.alltoall.bytes_per_s() + 2 * hw.node.alltoall.latency_s();
+        sc.t.ulysses += bytes / hw.node.alltoall.bytes_per_s() + 2 * (hw.node.alltoall.latency_s() + msg);
       }
       if (m.R > 1) {
         // Ring of R steps; step i computes on the K/V block held while block i+1 travels.
         // A block is this rank's share of all keys so far: (p + c)/R tokens, kv_u heads.
         const double block = (p + c) / m.R * hs.kv_u * d * 2 * wire;
         const double step_comp = comp / m.R;
-        const double step = std::max(step_comp, block / lk.ring_bw) + lk.ring_lat;
+        const double step = std::max(step_comp, block / lk.ring_bw) + lk.ring_lat + msg;
         const double ring = step_comp + (m.R - 1) * step;
         sc.t.attention += comp;
         sc.t.ring_exposed += ring - comp;
@@ -312,25 +436,26 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     } else {
       // Sliding window: local flash attention on my tokens with all my heads; it reads q, k, v
       // once, so short windows are memory-bound.
+      const double sl_flops = tiles ? attn_work_flops : attn_flops;
       const double bytes = t * wire * (H + 2 * KV) * d / TP * 2;
-      sc.t.attention += roof(attn_flops, attn_rate, bytes, mem_bw);
+      sc.t.attention += roof(sl_flops, attn_rate, bytes, mem_bw);
       if (cp > 1) {
         // Halo: the previous W-1 tokens' K/V from the shard before each of my segments
         // (two segments under zigzag ring sharding).
         const double segs = m.R > 1 ? 2 : 1;
         const double seg_bytes = double(std::min<int64_t>(w - 1, int64_t(p + c))) * hs.kv_tp * d * 2 * wire;
         const double bw = m.R > 1 ? lk.ring_bw : hw.node.p2p.bytes_per_s();
-        const double lat = m.R > 1 ? lk.ring_lat : hw.node.p2p.latency_s();
+        const double lat = (m.R > 1 ? lk.ring_lat : hw.node.p2p.latency_s()) + msg;
         sc.halo_bytes += segs * seg_bytes;
         sc.t.halo += segs * (lat + seg_bytes / bw);
       }
     }
     if (m.TP > 1) {
-      // Two all-reduces of [t, hidden] per layer (after o_proj and after the MLP); ring
-      // all-reduce moves 2(TP-1)/TP of the buffer at the bus bandwidth.
+      // Two all-reduces of [t, hidden] per layer (after o_proj and after the MLP), per block
+      // of gemm_rows tokens; ring all-reduce moves 2(TP-1)/TP of the buffer at the bus bandwidth.
       const double bytes = t * h * wire * 2 * (TP - 1) / TP;
       sc.allreduce_bytes += 2 * bytes;
-      sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + hw.node.allreduce.latency_s());
+      sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + blocks * (hw.node.allreduce.latency_s() + msg));
     }
     sc.t.overhead += kernels * kern;
   };

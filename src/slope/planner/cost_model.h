@@ -70,11 +70,25 @@ WeightBytes weight_bytes(const model::ModelConfig& cfg);
 // K and V bytes of one token in one layer (bf16): 2·kv_heads·head_dim·2.
 double kv_bytes_per_token_layer(const model::ModelConfig& cfg);
 
+// Key-equivalents a flash-attention kernel with tiles of bq query rows and bk keys executes for
+// queries at global positions [q0, q1) against keys [k0, k1) under a causal mask with window
+// W (0 = full): every tile with at least one visible pair is computed in full (query tiles
+// start at q0, key tiles at k0), plus `row_overhead` per query row that sees any key (softmax
+// and output work that does not scale with keys). With bq = 0 it is the exact pair count.
+double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t window, int64_t bq,
+                           int64_t bk, double row_overhead);
+
+// The engine's default pipeline chunk (slope run): max(256, ceil(N / (4P))) for P > 1, else 0.
+int64_t default_pipeline_chunk(int P, int64_t tokens);
+
 // ---- The prediction -------------------------------------------------------------------------
 
 struct CostOptions {
   std::string compute_dtype = "bf16";  // matmul and attention rates used from the profile
-  double wire_bytes = 2;               // bytes per element of activations and K/V on the wire
+  double wire_bytes = 2;               // bytes per element on the wire, unless the profile's engine says
+  // The profile's engine object (attention dtype, wire bytes, GEMM row blocks, unfused
+  // element-wise work, attention tiles) is used unless this is false.
+  bool use_engine_spec = true;
 };
 
 // Seconds on the critical path of one request; they add up to ttft_s.

@@ -156,6 +156,30 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
       r.number(w, "bandwidth_gbs_per_device", "network.", 0, 1e5, true);
   p.network.latency_us = r.number(w, "latency_us", "network.", 0, 1e6);
 
+  if (auto e = j.find("engine"); e != j.end()) {
+    SLOPE_CHECK(e->is_object(), source, ": \"engine\" must be a JSON object; see docs/planner.md (profile schema)");
+    EngineSpec& g = p.engine;
+    g.present = true;
+    g.attention_dtype = r.text(*e, "attention_dtype", "engine.", false);
+    g.wire_bytes = r.number_or(*e, "wire_bytes", "engine.", 0.0, 0.0, 16.0);
+    g.gemm_rows = int64_t(r.number_or(*e, "gemm_rows", "engine.", 0.0, 0.0, 1e9));
+    if (auto u = e->find("unfused_elementwise"); u != e->end()) {
+      SLOPE_CHECK(u->is_boolean(), source, ": \"engine.unfused_elementwise\" must be true or false");
+      g.unfused_elementwise = u->get<bool>();
+    }
+    g.attention_block_q = int64_t(r.number_or(*e, "attention_block_q", "engine.", 0.0, 0.0, 1e6));
+    g.attention_block_k = int64_t(r.number_or(*e, "attention_block_k", "engine.", 0.0, 0.0, 1e6));
+    SLOPE_CHECK((g.attention_block_q > 0) == (g.attention_block_k > 0), source,
+                ": \"engine.attention_block_q\" and \"engine.attention_block_k\" go together (both > 0, or neither)");
+    g.attention_row_overhead = r.number_or(*e, "attention_row_overhead", "engine.", 0.0, 0.0, 1e6);
+    g.attention_calibrated_tokens =
+        int64_t(r.number_or(*e, "attention_calibrated_tokens", "engine.", 0.0, 0.0, 1e9));
+    g.message_overhead_us = r.number_or(*e, "message_overhead_us", "engine.", 0.0, 0.0, 1e6);
+    if (!g.attention_dtype.empty())
+      SLOPE_CHECK(p.device.attention.count(g.attention_dtype) != 0, source, ": \"engine.attention_dtype\" is \"",
+                  g.attention_dtype, "\" but device.attention has no rate for it");
+  }
+
   auto src = j.find("sources");
   SLOPE_CHECK(src != j.end() && src->is_array() && !src->empty(), source,
               ": \"sources\" must be a non-empty array of {\"what\", \"value\", \"source\"}; ",

@@ -43,6 +43,39 @@ struct DeviceSpec {
   double memory_bytes_per_s() const { return memory_bandwidth_gbs * 1e9 * memory_efficiency; }
 };
 
+// How SLOPE's own kernels run on this device, where that differs from what the cost model
+// assumes by default (optional "engine" object of a profile; absent on datasheet profiles).
+// Measured or read from the engine's code, never tuned to a TTFT.
+struct EngineSpec {
+  bool present = false;
+  // The dtype attention computes in whatever the model's compute dtype (SLOPE's CPU flash
+  // attention: "fp32" even in bf16 mode). Empty: the model's compute dtype.
+  std::string attention_dtype;
+  // Bytes per element of activations and K/V on the wire (SLOPE's CPU engine sends fp32: 4).
+  // 0: the cost options' value (2, bf16).
+  double wire_bytes = 0;
+  // Rows per call of the token-local work (slope run --chunk, 1024): GEMMs, norms and the MoE
+  // run on blocks of this many tokens, so expert GEMMs see chunk·k/E rows and TP all-reduces
+  // happen once per block. 0: the whole shard at once.
+  int64_t gemm_rows = 0;
+  // Element-wise work counted as the unfused CPU engine does it (fp32 activations between
+  // kernels, bf16 conversion of every GEMM input, MoE gather / scatter-add, SwiGLU, RoPE,
+  // the q/k/v split): bytes per token and layer in cost_model.cpp. False: fused kernels.
+  bool unfused_elementwise = false;
+  // Flash-attention tiling: query rows and keys per tile. Work is counted per visited tile
+  // (diagonal and window-edge tiles computed in full), plus a fixed cost per query row and
+  // visited key block (softmax rescale, output update), in key-equivalents. The profile's
+  // attention rate was measured by `slope calibrate` on a causal self-attention of
+  // `attention_calibrated_tokens` tokens counting exact pairs; the model converts it to the
+  // per-tile rate with the same count. 0 tiles: exact pairs at the profile's rate.
+  int64_t attention_block_q = 0, attention_block_k = 0;
+  double attention_row_overhead = 0;  // key-equivalents per query row
+  int64_t attention_calibrated_tokens = 0;
+  // Fixed cost of one MPI message or collective call beyond the link latency, e.g. progress
+  // polling; 0 = none.
+  double message_overhead_us = 0;
+};
+
 struct NodeSpec {
   int devices_per_node = 0;
   LinkRate p2p;        // one device to one neighbour (ring step, pipeline hop, halo)
@@ -69,6 +102,7 @@ struct HardwareProfile {
   DeviceSpec device;
   NodeSpec node;
   NetworkSpec network;
+  EngineSpec engine;
   std::vector<Source> sources;
   std::vector<std::string> assumptions;
   std::string origin;  // file it was read from

@@ -1,0 +1,156 @@
+// The profile's "engine" object (how SLOPE's own kernels run on a device) and the cost-model
+// terms it switches on: fp32 attention in bf16 mode, fp32 wire payloads, token-local work in
+// row blocks, unfused element-wise bytes and flash-attention tile work; each against values
+// worked out by hand in the comments.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "planner_fixtures.h"
+#include "slope/core/error.h"
+#include "slope/planner/cost_model.h"
+
+namespace slope::planner {
+namespace {
+
+using testing::round_profile_json;
+using testing::tiny_dense;
+using testing::tiny_moe;
+
+void expect_rel(double got, double want, double rel = 1e-9) {
+  EXPECT_NEAR(got, want, std::abs(want) * rel) << "got " << got << ", want " << want;
+}
+
+// The round profile plus an fp32 attention rate of 0.25 TFLOP/s and the given engine object.
+HardwareProfile engine_profile(const std::string& engine) {
+  std::string j = round_profile_json();
+  const std::string attn = R"("attention": {"bf16": {"peak_tflops": 0.5, "efficiency": 1.0}})";
+  j.replace(j.find(attn), attn.size(),
+            R"("attention": {"bf16": {"peak_tflops": 0.5, "efficiency": 1.0},
+                             "fp32": {"peak_tflops": 0.25, "efficiency": 1.0}})");
+  const std::string tail = R"("sources")";
+  j.replace(j.find(tail), tail.size(), "\"engine\": " + engine + ",\n    \"sources\"");
+  return parse_profile(j, "engine.json");
+}
+
+TEST(AttentionTileWork, ByHand) {
+  // 128 causal queries, 64 x 64 tiles: block 0 computes 1 tile (64 rows x 64 keys), block 1
+  // two (64 x 128): 12,288; exact pairs 128·129/2 = 8,256; overhead 10 per row adds 1,280.
+  expect_rel(attention_tile_work(0, 128, 0, 128, 0, 64, 64, 0), 12288);
+  expect_rel(attention_tile_work(0, 128, 0, 128, 0, 64, 64, 10), 13568);
+  expect_rel(attention_tile_work(0, 128, 0, 128, 0, 0, 0, 0), 8256);
+  expect_rel(attention_pairs(0, 128, 0), 8256);
+  // Window 4, tiles of 4: rows 0-3 see keys 0-3 (1 tile, 16); rows 4-7 see keys 1-7 (tiles 0
+  // and 1, 4 rows x 8 = 32): 48; exact Σ min(q+1, 4) = 1+2+3+4·5 = 26.
+  expect_rel(attention_tile_work(0, 8, 0, 8, 4, 4, 4, 0), 48);
+  expect_rel(attention_tile_work(0, 8, 0, 8, 4, 0, 0, 0), 26);
+  // Keys all before the queries: a rectangle, 10 x (50 + 3).
+  expect_rel(attention_tile_work(100, 110, 0, 50, 0, 64, 64, 3), 530);
+  // A narrow last tile: 64 queries, 40 keys (all before them under the causal mask... keys
+  // 0..39 visible to rows 39..63; rows 0..38 see 1..39): one tile 40 keys wide, 64 x 40.
+  expect_rel(attention_tile_work(0, 64, 0, 40, 0, 64, 64, 0), 2560);
+  // Nothing visible: keys after the queries.
+  EXPECT_EQ(attention_tile_work(0, 64, 64, 128, 0, 64, 64, 5), 0);
+}
+
+TEST(EngineSpec, DefaultPipelineChunkIsTheEngines) {
+  EXPECT_EQ(default_pipeline_chunk(1, 4096), 0);
+  EXPECT_EQ(default_pipeline_chunk(2, 4096), 512);    // ceil(4096 / 8)
+  EXPECT_EQ(default_pipeline_chunk(2, 1000), 256);    // at least 256
+  EXPECT_EQ(default_pipeline_chunk(4, 100001), 6251);  // ceil(100001 / 16)
+}
+
+TEST(EngineSpec, ParsesAndChecks) {
+  HardwareProfile p = engine_profile(R"({"attention_dtype": "fp32", "wire_bytes": 4, "gemm_rows": 100,
+      "unfused_elementwise": true, "attention_block_q": 64, "attention_block_k": 64,
+      "attention_row_overhead": 56, "attention_calibrated_tokens": 4096, "message_overhead_us": 3})");
+  EXPECT_TRUE(p.engine.present);
+  EXPECT_EQ(p.engine.attention_dtype, "fp32");
+  EXPECT_EQ(p.engine.wire_bytes, 4);
+  EXPECT_EQ(p.engine.gemm_rows, 100);
+  EXPECT_TRUE(p.engine.unfused_elementwise);
+  EXPECT_EQ(p.engine.attention_block_q, 64);
+  EXPECT_EQ(p.engine.attention_row_overhead, 56);
+  EXPECT_EQ(p.engine.attention_calibrated_tokens, 4096);
+  EXPECT_EQ(p.engine.message_overhead_us, 3);
+  EXPECT_FALSE(testing::round_profile().engine.present);
+  // Errors name the field.
+  auto error_of = [](const std::string& engine) {
+    try {
+      engine_profile(engine);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(error_of(R"({"attention_dtype": "fp16"})").find("engine.attention_dtype"), std::string::npos);
+  EXPECT_NE(error_of(R"({"attention_block_q": 64})").find("engine.attention_block_k"), std::string::npos);
+  EXPECT_NE(error_of(R"({"wire_bytes": -1})").find("engine.wire_bytes"), std::string::npos);
+  EXPECT_NE(error_of(R"({"unfused_elementwise": 1})").find("engine.unfused_elementwise"), std::string::npos);
+  EXPECT_NE(error_of(R"([1])").find("\"engine\""), std::string::npos);
+}
+
+TEST(EngineSpec, AttentionRunsInItsOwnDtype) {
+  // tiny_dense, one rank, 1000 tokens: attention FLOPs 128.128 M (full) + 1.022 M (sliding,
+  // window 4: 3994 pairs · 256) at 0.5 TFLOP/s (bf16) = 258.3 us; with fp32 attention at
+  // 0.25 TFLOP/s twice that. Nothing else changes.
+  const Prediction bf = predict(tiny_dense(), engine_profile("{}"), Mesh{}, 1000);
+  const Prediction f32 = predict(tiny_dense(), engine_profile(R"({"attention_dtype": "fp32"})"), Mesh{}, 1000);
+  expect_rel(bf.phases.attention, (128128000.0 + 3994 * 256) / 5e11);
+  expect_rel(f32.phases.attention, 2 * bf.phases.attention);
+  expect_rel(f32.phases.linear, bf.phases.linear);
+  CostOptions generic;
+  generic.use_engine_spec = false;
+  expect_rel(predict(tiny_dense(), engine_profile(R"({"attention_dtype": "fp32"})"), Mesh{}, 1000, generic)
+                 .phases.attention,
+             bf.phases.attention);
+}
+
+TEST(EngineSpec, WireBytesAndRowBlocks) {
+  // Ulysses bytes scale with the bytes per element: 48,000 at bf16 (CostModelPredict.
+  // UlyssesRingHaloByHand) → 96,000 at fp32.
+  const Prediction u = predict(tiny_dense(), engine_profile(R"({"wire_bytes": 4})"), Mesh{2, 2, 1, 1, 0}, 1000);
+  expect_rel(u.ulysses_bytes, 96000);
+  // TP2 with blocks of 100 rows: 1000 tokens are 10 blocks, so each of the 4 all-reduces per
+  // prefill (2 layers x 2) pays its 3 us latency 10 times; bytes unchanged (512,000).
+  const Prediction t = predict(tiny_dense(), engine_profile(R"({"gemm_rows": 100})"), Mesh{1, 1, 1, 2, 0}, 1000);
+  expect_rel(t.allreduce_bytes, 512000);
+  expect_rel(t.phases.tp_allreduce, 4 * (128e-6 + 10 * 3e-6));
+  // A message overhead adds to every latency: + 10 x 5 us per all-reduce.
+  const Prediction m =
+      predict(tiny_dense(), engine_profile(R"({"gemm_rows": 100, "message_overhead_us": 5})"), Mesh{1, 1, 1, 2, 0}, 1000);
+  expect_rel(m.phases.tp_allreduce, 4 * (128e-6 + 10 * 8e-6));
+}
+
+TEST(EngineSpec, UnfusedElementwiseBytes) {
+  // tiny_moe (h 64, 4 heads and 2 KV heads of 16, 8 experts of 32, top-2), one rank, bf16:
+  // per token and layer 8h + 8·(4+4)·16 + 8·(4+2)·16 + 6·(h + 64) + 4h + 8h = 512 + 1024 + 768
+  // + 768 + 256 + 512 = 3,840; MoE 6·(64 + 128 + 64) + 8·2·64 + 12·2·32 + 12·2·64 = 1,536 +
+  // 1,024 + 768 + 1,536 = 4,864; total 8,704 B · 1000 tokens · 2 layers / 1 TB/s = 17.408 us.
+  const Prediction p = predict(tiny_moe(), engine_profile(R"({"unfused_elementwise": true})"), Mesh{}, 1000);
+  expect_rel(p.phases.elementwise, 8704.0 * 1000 * 2 / 1e12);
+}
+
+TEST(EngineSpec, TileWorkFromTheCalibratedPoint) {
+  // With tiles and a calibration point, the profile's rate is what a causal self-attention of
+  // that length achieved in exact pairs: predicting exactly that call gives the time the
+  // calibration measured. tiny_dense's full layer at n = 512 tokens, one rank:
+  // 256 FLOP x 131,328 pairs at 0.5 TFLOP/s = 67.24 us, whatever the tiles and overhead.
+  const HardwareProfile p = engine_profile(R"({"attention_block_q": 64, "attention_block_k": 64,
+      "attention_row_overhead": 56, "attention_calibrated_tokens": 512})");
+  model::ModelConfig c = tiny_dense();
+  c.layer_window = {0};
+  c.num_layers = 1;
+  expect_rel(predict(c, p, Mesh{}, 512).phases.attention, 256.0 * 131328 / 5e11);
+  // Shorter calls do more tile and row overhead per pair: slower per pair than the rate.
+  const Prediction shorter = predict(c, p, Mesh{}, 128);
+  EXPECT_GT(shorter.phases.attention, 256.0 * attention_pairs(0, 128, 0) / 5e11 * 1.05);
+  // A ring of 2 and Ulysses 2 never predict more attention per rank than one rank.
+  const double one = predict(c, p, Mesh{}, 4096).phases.attention;
+  EXPECT_LT(predict(c, p, Mesh{1, 2, 1, 1, 0}, 4096).phases.attention, one);
+  EXPECT_LT(predict(c, p, Mesh{2, 1, 1, 1, 0}, 4096).phases.attention, one);
+}
+
+}  // namespace
+}  // namespace slope::planner
