@@ -15,8 +15,11 @@ for dt in $dtypes; do
   model="models/bench-$arch-$dt"
   [ -f "$model/model.safetensors" ] || "$slope" make-model --arch "$arch" --preset bench --seed 1 --dtype "$dt" --out "$model"
   for n in $lengths; do
-    "$slope" run --model "$model" --random-tokens "$n" --seed 1 --dtype "$dt" --threads "$threads" --json \
-      | python3 -c "import json,sys; j=json.load(sys.stdin); j['model']='$model'; print(json.dumps(j))" | tee -a "$out"
+    before=$(THREADS=$threads scripts/peak_probe.sh)
+    result=$("$slope" run --model "$model" --random-tokens "$n" --seed 1 --dtype "$dt" --threads "$threads" --json)
+    after=$(THREADS=$threads scripts/peak_probe.sh)
+    python3 -c "import json,sys; j=json.loads(sys.argv[1]); j['model']='$model'; j['peak_probe']=[json.loads(sys.argv[2]), json.loads(sys.argv[3])]; print(json.dumps(j))" \
+      "$result" "$before" "$after" | tee -a "$out"
   done
 done
 python3 scripts/bench_table.py "$out"

@@ -13,7 +13,7 @@ int cmd_make_model(int argc, char** argv) {
   std::string dtype = "bf16";
   CLI::App app{"Write a random-weight model in Hugging Face format that transformers loads unchanged"};
   app.add_option("--arch", o.arch, "gpt-oss, llama, qwen2 or qwen3")->required();
-  app.add_option("--preset", o.preset, "tiny (tests) or bench (benchmarks, ~1 GB)")->required();
+  app.add_option("--preset", o.preset, "tiny (tests), tiny-wide (tiny with 16 query / 2 KV heads) or bench (benchmarks, ~1 GB)")->required();
   app.add_option("--seed", o.seed, "random seed");
   app.add_option("--out", o.out_dir, "output directory")->required();
   app.add_option("--dtype", dtype, "weight dtype: f32, bf16 or f16");

@@ -274,9 +274,9 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   } else {
     mine.cp_compute_seconds = mine.attention_seconds;
   }
-  if (a.tp > 1) {
-    mine.bytes_sent += topo.stage_comm().stats().bytes_sent;
-    mine.bytes_received += topo.stage_comm().stats().bytes_received;
+  if (a.tp > 1) {  // all-reduce payload, each way
+    mine.bytes_sent += topo.tp_payload_bytes();
+    mine.bytes_received += topo.tp_payload_bytes();
   }
   mine.peak_rss_bytes = peak_rss_bytes();
   const std::vector<engine::RankReport> reports = engine::gather_reports(mine, world);

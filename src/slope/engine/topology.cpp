@@ -106,8 +106,10 @@ StagePlan Topology::stage_plan() const {
   }
   if (shape_.tp > 1) {
     parallel::Communicator* tp = stage_comm_.get();
-    p.tp_allreduce = [tp](float* data, int64_t count) {
+    std::shared_ptr<int64_t> bytes = tp_bytes_;
+    p.tp_allreduce = [tp, bytes](float* data, int64_t count) {
       tp->allreduce(data, size_t(count), parallel::ReduceOp::Sum);
+      *bytes += count * int64_t(sizeof(float));
     };
     p.may_report_logits = local_ == 0;
   }

@@ -55,6 +55,9 @@ class Topology {
 
   // The StagePlan for run_prefill (rows per chunk, neighbours, tensor all-reduce).
   StagePlan stage_plan() const;
+  // Bytes this rank handed to tensor-parallel all-reduces (the payload; what MPI moves inside
+  // the collective depends on its algorithm, about 2(T-1)/T of it for a ring all-reduce).
+  int64_t tp_payload_bytes() const { return *tp_bytes_; }
 
  private:
   parallel::Communicator& world_;
@@ -62,6 +65,7 @@ class Topology {
   int stage_ = 0, local_ = 0;
   std::unique_ptr<parallel::Communicator> stage_comm_;
   std::unique_ptr<parallel::Mesh> cp_mesh_;
+  std::shared_ptr<int64_t> tp_bytes_ = std::make_shared<int64_t>(0);
 };
 
 // Memory one rank needs, in bytes, predicted from the configuration alone (no weights read):

@@ -225,6 +225,14 @@ Shape_ preset_shape(const std::string& arch, const std::string& preset) {
     }
     return s;
   }
+  if (preset == "tiny-wide") {
+    // tiny with 16 query heads over 2 KV heads: Ulysses degrees 8 and 16 exceed the KV heads,
+    // so the all-to-all must replicate them (tests/mesh).
+    Shape_ s = preset_shape(arch, "tiny");
+    s.heads = 16;
+    s.kv_heads = 2;
+    return s;
+  }
   if (preset == "bench") {
     if (moe) {  // gpt-oss-shaped, ~0.4 B parameters
       Shape_ s{32000, 1024, 12, 16, 4, 64, 1024, 131072};
@@ -242,7 +250,7 @@ Shape_ preset_shape(const std::string& arch, const std::string& preset) {
     }
     return s;
   }
-  fail("unknown make-model preset '", preset, "'; choose tiny or bench");
+  fail("unknown make-model preset '", preset, "'; choose tiny, tiny-wide or bench");
 }
 
 const char* torch_dtype_name(DType d) {
