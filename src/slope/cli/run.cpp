@@ -105,12 +105,23 @@ struct CheckResult {
   bool same_first_token = false;
   bool pass = false;
 };
-constexpr double kCheckTolerance = 1e-4;  // f32 relative error, as for every parallel test
+// Relative error (max-norm) allowed between a mesh and one rank.
+//  f32: 1e-4, as for every parallel test; the results differ only by summation order.
+//  bf16: activations are rounded to bf16 before every GEMM, so a change of summation order
+//  anywhere (LSE merge of attention partials, GEMM blocking for another row count) can move a
+//  rounded activation by one bf16 ulp (4e-3 relative); through attention that reaches every
+//  later row. Measured on the bench model (4 ranks, 512 tokens): logits 6e-3, KV 8e-2.
+struct CheckTolerance {
+  double logits, kv;
+};
+CheckTolerance check_tolerance(kernels::ComputeType ct) {
+  return ct == kernels::ComputeType::BF16 ? CheckTolerance{3e-2, 1.5e-1} : CheckTolerance{1e-4, 1e-4};
+}
 
 CheckResult check_against_one_rank(const model::Model& model, const std::vector<int32_t>& tokens,
                                    const engine::PrefillResult& mesh_result,
                                    const std::vector<Tensor>& k, const std::vector<Tensor>& v,
-                                   int64_t chunk) {
+                                   int64_t chunk, CheckTolerance tol) {
   model::LocalAttention local;
   engine::PrefillOptions po;
   po.chunk_tokens = chunk;
@@ -124,7 +135,7 @@ CheckResult check_against_one_rank(const model::Model& model, const std::vector<
     c.kv_rel_err = std::max(c.kv_rel_err, engine::relative_error(v[l].data<float>(), one.v[l].data<float>(), v[l].numel()));
   }
   c.same_first_token = mesh_result.first_token == one.first_token;
-  c.pass = c.same_first_token && c.logits_rel_err <= kCheckTolerance && c.kv_rel_err <= kCheckTolerance;
+  c.pass = c.same_first_token && c.logits_rel_err <= tol.logits && c.kv_rel_err <= tol.kv;
   return c;
 }
 
@@ -311,7 +322,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
         whole.compute = compute;
         static std::unique_ptr<model::Model> reference;  // loaded once for all prompts
         if (!reference) reference = model::Model::load(a.model_dir, whole);
-        one = check_against_one_rank(*reference, prompts[b], results[b], k, v, a.chunk);
+        one = check_against_one_rank(*reference, prompts[b], results[b], k, v, a.chunk,
+                                     check_tolerance(compute));
       }
       check.logits_rel_err = std::max(check.logits_rel_err, one.logits_rel_err);
       check.kv_rel_err = std::max(check.kv_rel_err, one.kv_rel_err);
@@ -353,7 +365,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     if (a.check)
       j["check"] = {{"pass", check.pass}, {"logits_rel_err", check.logits_rel_err},
                     {"kv_rel_err", check.kv_rel_err}, {"same_first_token", check.same_first_token},
-                    {"tolerance", kCheckTolerance}};
+                    {"tolerance_logits", check_tolerance(compute).logits},
+                    {"tolerance_kv", check_tolerance(compute).kv}};
     std::cout << j.dump() << "\n";
   } else {
     std::cout << "model        " << a.model_dir << " (" << cfg.architecture << ", " << cfg.num_layers
@@ -391,7 +404,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     if (a.check)
       std::cout << "\ncheck vs one rank: " << (check.pass ? "PASS" : "FAIL") << " (logits rel err "
                 << check.logits_rel_err << ", KV rel err " << check.kv_rel_err << ", first token "
-                << (check.same_first_token ? "equal" : "DIFFERENT") << ", tolerance " << kCheckTolerance << ")\n";
+                << (check.same_first_token ? "equal" : "DIFFERENT") << ", tolerance " << check_tolerance(compute).logits
+                << " / " << check_tolerance(compute).kv << ")\n";
   }
   return a.check && !check.pass ? 1 : 0;
 }
