@@ -82,7 +82,52 @@ def predict(slope, model, profile, mesh, tokens, dtype, no_engine):
     return json.loads(out.strip().splitlines()[-1])
 
 
+# What SLOPE's CPU engine does, read from its code (docs/planner.md, profile "engine" object).
+ENGINE_FACTS = {
+    "attention_dtype": "fp32",      # src/slope/kernels/cpu/attention.cpp: fp32 even in bf16 mode
+    "wire_bytes": 4,                # K/V, activations and all-reduce payloads are fp32
+    "gemm_rows": 1024,              # slope run --chunk (token-local work in blocks of 1024 rows)
+    "unfused_elementwise": True,    # src/slope/model/layers.cpp: fp32 buffers between kernels
+    "attention_block_q": 64,        # kBq, kBk in src/slope/kernels/cpu/attention.cpp
+    "attention_block_k": 64,
+    "attention_calibrated_tokens": 4096,  # slope calibrate's attention point
+    "fresh_buffer_mb": 33.554432,   # glibc's largest dynamic mmap threshold (32 MiB)
+}
+
+
+def merge_engine(profile, row_overhead, curve_file, kv_heads, zero_fill_gbs, source):
+    """Adds the engine object to a profile written by `slope calibrate` (which does not know the
+    engine's structure): the facts above, the attention row overhead, the attention curve
+    measured at the model's head shape, and the first-touch zero-fill rate."""
+    p = json.load(open(profile))
+    e = dict(ENGINE_FACTS)
+    e["attention_row_overhead"] = row_overhead
+    if curve_file:
+        pts = [json.loads(l) for l in open(curve_file) if l.strip().startswith("{") and '"tokens"' in l]
+        e["attention_curve"] = [{"tokens": q["tokens"], "gflops": q["gflops"]} for q in sorted(pts, key=lambda q: q["tokens"])]
+        e["attention_curve_kv_heads"] = kv_heads
+    if zero_fill_gbs:
+        e["zero_fill_gbs"] = zero_fill_gbs
+    p["engine"] = e
+    p.setdefault("sources", []).append({"what": "engine object (attention tiles, fp32 attention and wire, row blocks, "
+                                        "attention curve, zero-fill rate)", "value": json.dumps(e), "source": source})
+    with open(profile, "w") as f:
+        json.dump(p, f, indent=2)
+        f.write("\n")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "merge-engine":
+        mp = argparse.ArgumentParser(prog="validate_planner.py merge-engine")
+        mp.add_argument("profile")
+        mp.add_argument("--row-overhead", type=float, required=True)
+        mp.add_argument("--curve", default=None, help="JSON lines {tokens, gflops} (engine kernel, model head shape)")
+        mp.add_argument("--curve-kv-heads", type=int, default=4)
+        mp.add_argument("--zero-fill-gbs", type=float, default=0)
+        mp.add_argument("--source", required=True)
+        m = mp.parse_args(sys.argv[2:])
+        merge_engine(m.profile, m.row_overhead, m.curve, m.curve_kv_heads, m.zero_fill_gbs, m.source)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slope", default=None, help="slope binary (default: build/release/slope)")
     ap.add_argument("--profiles-dir", default="profiles")
@@ -92,14 +137,23 @@ def main():
     ap.add_argument("--model", default="models/bench-gpt-oss-bf16")
     ap.add_argument("--dtypes", default="bf16", help="dtypes to validate, comma-separated (bf16,f32)")
     ap.add_argument("--no-engine-spec", action="store_true", help="predict without the profile's engine object")
-    ap.add_argument("--exclude", action="append", default=[], help="CONFIG:TOKENS[:DTYPE]=REASON")
+    ap.add_argument("--exclude", action="append", default=[], help="CONFIG:TOKENS[:DTYPE]=REASON: leave a point out")
+    ap.add_argument("--drop", action="append", default=[],
+                    help="SOURCE:CONFIG:TOKENS=REASON: drop the runs of one file (e2e, scaling, extra) at a point")
     ap.add_argument("--json", default=None, help="also write the points as JSON to this file")
     a = ap.parse_args()
     slope = a.slope or "build/release/slope"
 
-    runs = load(a.e2e, e2e_config) + load(a.scaling)
+    runs = [dict(j, _source="e2e") for j in load(a.e2e, e2e_config)] + \
+        [dict(j, _source="scaling") for j in load(a.scaling)]
     for f in a.extra:
-        runs += load(f, lambda j: "extra")
+        runs += [dict(j, _source="extra") for j in load(f, lambda j: "extra")]
+    drops = {}
+    for d in a.drop:
+        key, _, reason = d.partition("=")
+        src, cfg, n = key.split(":")
+        drops[(src, cfg, int(n))] = reason or "dropped"
+    dropped = []
     dtypes = set(a.dtypes.split(","))
     excluded = {}
     for e in a.exclude:
@@ -116,6 +170,9 @@ def main():
                 continue
         cfg = config_of(j)
         if cfg not in CONFIGS:
+            continue
+        if (j["_source"], cfg, j["num_tokens"]) in drops:
+            dropped.append((j["_source"], cfg, j["num_tokens"], j["ttft_ms"] / 1e3, drops[(j["_source"], cfg, j["num_tokens"])]))
             continue
         points[(cfg, j["num_tokens"], j["dtype"])].append(j)
 
@@ -145,6 +202,7 @@ def main():
         if (cfg, n, dt) in excluded:
             row["excluded"] = excluded[(cfg, n, dt)]
             left_out.append((cfg, n, dt, meas, f"{excluded[(cfg, n, dt)]} (predicted {pred:.2f} s, {pred / meas - 1:+.1%})"))
+        row["sources"] = sorted({j["_source"] for j in js})
         rows.append(row)
         row["top_phases"] = ", ".join(f"{k} {v:.2f}" for k, v in ph[:2])
 
@@ -161,6 +219,8 @@ def main():
         print(f"\n{len(kept)} points; |relative error| median {statistics.median(errs):.1%}, "
               f"max {max(errs):.1%} ({worst['config']} at {worst['tokens']}); "
               f"signed median {statistics.median(r['rel_error'] for r in kept):+.1%}")
+    for src, cfg, n, t, why in dropped:
+        print(f"- run dropped: {src} {cfg} {n} tokens, {t:.2f} s: {why}")
     for cfg, n, dt, meas, why in left_out:
         print(f"- left out: {cfg} {dt} {n} tokens (measured {meas:.2f} s): {why}")
     if a.json:

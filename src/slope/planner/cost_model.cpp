@@ -281,6 +281,22 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     const int64_t n_cal = eng.attention_calibrated_tokens;
     attn_rate *= attention_tile_work(0, n_cal, 0, n_cal, 0, bq, bk, row_ovh) / attention_pairs(0, n_cal, 0);
   }
+  // Full layers with a measured curve: the per-tile rate at a call's K/V footprint, in
+  // tokens of the curve's KV heads, log-interpolated between the curve's points.
+  std::vector<std::pair<double, double>> curve;  // (log tokens, per-tile FLOP/s)
+  for (const auto& [n, gf] : eng.attention_curve)
+    curve.push_back({std::log(double(n)), gf * 1e9 * attention_tile_work(0, n, 0, n, 0, bq, bk, row_ovh) /
+                                              attention_pairs(0, n, 0)});
+  auto full_rate = [&](double keys, double kv_heads) {
+    if (curve.empty()) return attn_rate;
+    const double x = std::log(std::max(1.0, keys * kv_heads / double(eng.attention_curve_kv_heads)));
+    if (x <= curve.front().first) return curve.front().second;
+    if (x >= curve.back().first) return curve.back().second;
+    size_t i = 1;
+    while (curve[i].first < x) ++i;
+    const double f = (x - curve[i - 1].first) / (curve[i].first - curve[i - 1].first);
+    return curve[i - 1].second + f * (curve[i].second - curve[i - 1].second);
+  };
   const double wire = eng.wire_bytes > 0 ? eng.wire_bytes : opt.wire_bytes;
   const double msg = eng.message_overhead_us * 1e-6;
   const double kern = dev.kernel_overhead_us * 1e-6;
@@ -374,6 +390,11 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
       ew_per_token += conv * (h + I_tp) + 12 * I_tp;
   }
   const double gemm_rows = double(eng.gemm_rows);
+  // Seconds to zero-fill one buffer of `bytes` (fresh pages at first-touch speed when large).
+  auto zero_fill = [&](double bytes) {
+    if (eng.zero_fill_gbs <= 0 || bytes <= 0) return 0.0;
+    return bytes >= eng.fresh_buffer_mb * 1e6 ? bytes / (eng.zero_fill_gbs * 1e9) : bytes / mem_bw;
+  };
 
   // Cost of one layer of window w on one rank for the chunk of queries [p, p + c).
   auto layer_cost = [&](int64_t w, double p, double c, StageCost& sc) {
@@ -412,7 +433,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
                                    (w <= 0 ? double(m.U) : 1.0);
     double kernels = kKernelsPerLayer + 1;
     if (w <= 0) {
-      const double comp = attn_work_flops / attn_rate;
+      // The K/V a call streams: all keys so far (a ring step: one rank's share) of my KV heads.
+      const double comp = attn_work_flops / full_rate((p + c) / m.R, hs.kv_u);
       if (m.U > 1) {
         // Before: q, k, v of my tokens to the ranks owning their heads; after: o back.
         const double bytes = t * d * wire * (m.U - 1) * (2 * hs.q_u + 2 * hs.kv_u);
@@ -458,6 +480,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
       sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + blocks * (hw.node.allreduce.latency_s() + msg));
     }
     sc.t.overhead += kernels * kern;
+    // The layer's q and attention-output buffers [t, H_tp, d] fp32, zero-filled.
+    sc.t.overhead += 2 * zero_fill(t * Hq_tp * d * 4);
   };
 
   // Per stage, per chunk costs.
@@ -473,6 +497,11 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
         StageCost one;
         layer_cost(w, p, c, one);
         add_scaled(sc, one, count);
+      }
+      if (j == 0 && eng.zero_fill_gbs > 0) {
+        // The K/V cache of the stage's layers for all of the rank's rows, before chunk 0:
+        // one K and one V tensor [rows, kv_tp, d] fp32 per layer.
+        sc.t.overhead += 2 * double(stage_layers[s].size()) * zero_fill(double(tokens) / cp * hs.kv_tp * d * 4);
       }
       if (s == m.P - 1 && j == n_chunks - 1) {
         // lm_head on the last token only (prefill returns the first token's logits).

@@ -175,6 +175,24 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
     g.attention_calibrated_tokens =
         int64_t(r.number_or(*e, "attention_calibrated_tokens", "engine.", 0.0, 0.0, 1e9));
     g.message_overhead_us = r.number_or(*e, "message_overhead_us", "engine.", 0.0, 0.0, 1e6);
+    g.zero_fill_gbs = r.number_or(*e, "zero_fill_gbs", "engine.", 0.0, 0.0, 1e5);
+    g.fresh_buffer_mb = r.number_or(*e, "fresh_buffer_mb", "engine.", g.fresh_buffer_mb, 0.0, 1e9);
+    if (auto c = e->find("attention_curve"); c != e->end()) {
+      SLOPE_CHECK(c->is_array() && !c->empty(), source,
+                  ": \"engine.attention_curve\" must be a non-empty array of {\"tokens\": N, \"gflops\": rate}");
+      for (size_t i = 0; i < c->size(); ++i) {
+        const std::string path = "engine.attention_curve[" + std::to_string(i) + "].";
+        SLOPE_CHECK((*c)[i].is_object(), source, ": \"", path, "\" must be an object");
+        const int64_t n = int64_t(r.number((*c)[i], "tokens", path, 1, 1e9));
+        const double gf = r.number((*c)[i], "gflops", path, 0, 1e9, true);
+        SLOPE_CHECK(g.attention_curve.empty() || n > g.attention_curve.back().first, source, ": \"", path,
+                    "tokens\" must increase along the curve");
+        g.attention_curve.push_back({n, gf});
+      }
+      g.attention_curve_kv_heads = int64_t(r.number(*e, "attention_curve_kv_heads", "engine.", 1, 1e6));
+      SLOPE_CHECK(g.attention_block_q > 0, source,
+                  ": \"engine.attention_curve\" needs the tiles (engine.attention_block_q / _k)");
+    }
     if (!g.attention_dtype.empty())
       SLOPE_CHECK(p.device.attention.count(g.attention_dtype) != 0, source, ": \"engine.attention_dtype\" is \"",
                   g.attention_dtype, "\" but device.attention has no rate for it");

@@ -71,6 +71,22 @@ struct EngineSpec {
   int64_t attention_block_q = 0, attention_block_k = 0;
   double attention_row_overhead = 0;  // key-equivalents per query row
   int64_t attention_calibrated_tokens = 0;
+  // Zero-filled buffers (SLOPE's Tensor memsets every allocation on one thread): buffers of
+  // at least `fresh_buffer_mb` MB (glibc's largest mmap threshold, 32 MiB) come as fresh pages
+  // and fill at `zero_fill_gbs` (first touch, page faults included); smaller ones reuse the
+  // heap and fill at the memory bandwidth. Counted: the K/V cache of the rank's layers
+  // (allocated before the first chunk) and each layer's q and attention-output buffers.
+  // 0: not modelled.
+  double zero_fill_gbs = 0;
+  double fresh_buffer_mb = 33.554432;
+  // Attention rate against context length for full (causal) layers: GFLOP/s in exact pairs
+  // of a causal self-attention of `tokens` tokens with `attention_curve_kv_heads` KV heads
+  // (the engine's kernel at the model's head shape). The kernel slows down as the K/V it
+  // streams outgrows the caches and TLB, so the model reads the rate at the K/V footprint of
+  // each call (keys x KV heads of the rank), log-interpolated, clamped at the ends. Empty:
+  // the single calibrated rate.
+  std::vector<std::pair<int64_t, double>> attention_curve;
+  int64_t attention_curve_kv_heads = 0;
   // Fixed cost of one MPI message or collective call beyond the link latency, e.g. progress
   // polling; 0 = none.
   double message_overhead_us = 0;

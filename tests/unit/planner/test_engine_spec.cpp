@@ -152,5 +152,54 @@ TEST(EngineSpec, TileWorkFromTheCalibratedPoint) {
   EXPECT_LT(predict(c, p, Mesh{2, 1, 1, 1, 0}, 4096).phases.attention, one);
 }
 
+TEST(EngineSpec, ZeroFilledBuffers) {
+  // tiny_dense, one rank, 1000 tokens: per layer q and attention output 1000 · 4 · 16 · 4 B =
+  // 256,000 B each; K/V cache 1000 · 2 · 16 · 4 = 128,000 B each. Above the 0.1 MB threshold
+  // they fill at 1 GB/s: 2 layers · (2 · 256 + 2 · 128) us = 1,536 us; below a 1 MB one at the
+  // memory bandwidth (1 TB/s): 1.536 us.
+  const Prediction fresh =
+      predict(tiny_dense(), engine_profile(R"({"zero_fill_gbs": 1, "fresh_buffer_mb": 0.1})"), Mesh{}, 1000);
+  expect_rel(fresh.phases.overhead, 1536e-6);
+  const Prediction heap =
+      predict(tiny_dense(), engine_profile(R"({"zero_fill_gbs": 1, "fresh_buffer_mb": 1})"), Mesh{}, 1000);
+  expect_rel(heap.phases.overhead, 1.536e-6);
+  EXPECT_EQ(predict(tiny_dense(), engine_profile("{}"), Mesh{}, 1000).phases.overhead, 0);
+}
+
+TEST(EngineSpec, AttentionCurveOverContextLength) {
+  // Curve points in exact pairs of a causal self-attention with 2 KV heads: 500 GFLOP/s at 512
+  // tokens, 250 at 2048. A one-rank prediction at a curve point takes exactly the time the
+  // curve says; between points the rate lies between; past the ends it is clamped.
+  const HardwareProfile p = engine_profile(R"({"attention_block_q": 64, "attention_block_k": 64,
+      "attention_row_overhead": 10, "attention_curve_kv_heads": 2,
+      "attention_curve": [{"tokens": 512, "gflops": 500}, {"tokens": 2048, "gflops": 250}]})");
+  ASSERT_EQ(p.engine.attention_curve.size(), 2u);
+  model::ModelConfig c = tiny_dense();
+  c.layer_window = {0};
+  c.num_layers = 1;
+  auto per_pair = [&](const Mesh& m, int64_t n) {
+    return predict(c, p, m, n).phases.attention / (256.0 * attention_pairs(0, n, 0));
+  };
+  expect_rel(per_pair(Mesh{}, 512), 1 / 5e11);
+  expect_rel(per_pair(Mesh{}, 2048), 1 / 2.5e11);
+  EXPECT_GT(per_pair(Mesh{}, 1024), 1 / 5e11);
+  EXPECT_LT(per_pair(Mesh{}, 1024), 1 / 2.5e11 * 1.01);
+  // Past the last point: the last point's per-tile rate (tile overhead shrinks a little more).
+  EXPECT_LT(per_pair(Mesh{}, 8192), 1 / 2.5e11);
+  EXPECT_GT(per_pair(Mesh{}, 8192), 0.95 / 2.5e11);
+  // Ulysses 2 keeps one of the 2 KV heads: at 2048 tokens its footprint is the curve's 1024.
+  const double u2 = predict(c, p, Mesh{2, 1, 1, 1, 0}, 2048).phases.attention;
+  const double one = predict(c, p, Mesh{}, 2048).phases.attention;
+  EXPECT_LT(u2, one / 2);
+  // Errors name the field.
+  try {
+    engine_profile(R"({"attention_block_q": 64, "attention_block_k": 64, "attention_curve_kv_heads": 2,
+        "attention_curve": [{"tokens": 2048, "gflops": 1}, {"tokens": 512, "gflops": 1}]})");
+    ADD_FAILURE() << "a decreasing curve was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("engine.attention_curve[1].tokens"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace slope::planner

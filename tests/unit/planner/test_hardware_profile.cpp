@@ -44,6 +44,19 @@ TEST(HardwareProfile, ShippedProfilesParseAndCiteSources) {
     EXPECT_GT(p.attention("bf16").flops_per_s(), 0);
     ++n;
   }
+  // This machine's profiles (slope calibrate plus the engine object, docs/planner.md section 6).
+  for (const char* name : {"cpu-zen4-1c", "cpu-zen4-2c", "cpu-zen4-2x1", "cpu-zen4-4x1-oversub"}) {
+    HardwareProfile p = load_profile(dir + "/" + name + ".json");
+    EXPECT_EQ(p.name, name);
+    EXPECT_GE(p.sources.size(), 4u) << name;
+    EXPECT_FALSE(p.assumptions.empty()) << name;
+    EXPECT_TRUE(p.engine.present) << name;
+    EXPECT_EQ(p.engine.attention_dtype, "fp32") << name << ": SLOPE's CPU attention runs in fp32";
+    EXPECT_EQ(p.engine.wire_bytes, 4) << name;
+    EXPECT_GT(p.matmul("bf16").flops_per_s(), p.attention("fp32").flops_per_s()) << name;
+    EXPECT_LE(p.matmul("bf16").efficiency, 1.0);
+    ++n;
+  }
   int files = 0;
   for (const auto& e : fs::directory_iterator(dir)) files += e.path().extension() == ".json";
   EXPECT_EQ(files, n) << "a profile in profiles/ is not covered by this test";
