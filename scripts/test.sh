@@ -9,6 +9,6 @@ bash scripts/install-deps.sh
 bash scripts/build.sh release
 ctest --preset release -j2 --timeout 900
 cmake --preset asan >/dev/null
-cmake --build --preset asan --target test_model test_core slope
+cmake --build --preset asan --target test_model test_core
 ASAN_OPTIONS=detect_leaks=1 build/asan/tests/test_model
 ASAN_OPTIONS=detect_leaks=1 build/asan/tests/test_core
