@@ -87,6 +87,7 @@ nlohmann::json report_json(const engine::RankReport& r) {
           {"tp_allreduce_ms", r.tp_seconds * 1e3},
           {"weight_bytes", r.weight_bytes},
           {"kv_bytes", r.kv_bytes},
+          {"activation_bytes_predicted", r.activation_bytes},
           {"tokens", r.tokens},
           {"prefill_ms", r.prefill_seconds * 1e3},
           {"compute_ms", (r.other_compute_seconds + r.cp_compute_seconds) * 1e3},
@@ -269,7 +270,9 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     mine.other_compute_seconds += res.times.embed + res.times.norm_qkv_rope + res.times.o_proj +
                                   res.times.mlp + res.times.lm_head;
     mine.tp_seconds += res.times.tp_allreduce;
-    for (size_t l = 0; l < res.k.size(); ++l) mine.kv_bytes += int64_t(res.k[l].nbytes() + res.v[l].nbytes());
+    // The KV cache held during the prefill (kept afterwards only with --kv-out / --check).
+    mine.kv_bytes += res.shard.local_tokens() * (model->last_layer() - model->first_layer()) * 2 *
+                     model->slice().kv_heads * cfg.head_dim * int64_t(sizeof(float));
   }
   mine.stage = topo.stage();
   mine.weight_bytes = int64_t(model->weight_bytes());
@@ -290,6 +293,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     mine.bytes_received += topo.tp_payload_bytes();
   }
   mine.peak_rss_bytes = peak_rss_bytes();
+  // Activations are not tracked allocation by allocation: report the prediction (--dry-run's).
+  mine.activation_bytes = engine::estimate_memory(cfg, mq).at(rank).activations;
   const std::vector<engine::RankReport> reports = engine::gather_reports(mine, world);
 
   // Under tensor parallelism with replicated KV heads only the first holder of a head writes it.

@@ -35,6 +35,7 @@ struct RankReport {
   int64_t bytes_received = 0;
   int64_t weight_bytes = 0;
   int64_t kv_bytes = 0;
+  int64_t activation_bytes = 0;  // predicted (engine::estimate_memory)
   int64_t peak_rss_bytes = 0;
 };
 // All ranks' reports on root (in rank order), empty elsewhere.
