@@ -19,6 +19,35 @@ HeadSlice ulysses_heads(int u, int U, int64_t num_q_heads, int64_t num_kv_heads)
   return h;
 }
 
+namespace {
+
+// Per-peer counts (floats) of an all-to-all and their running displacements, as alltoallv
+// takes them: send_count(j) floats go to rank j, recv_count(j) come from it.
+struct AlltoallPlan {
+  std::vector<int64_t> send_counts, send_displs, recv_counts, recv_displs;
+  int64_t send_total = 0, recv_total = 0;
+};
+
+template <typename SendCount, typename RecvCount>
+AlltoallPlan plan_alltoall(int U, SendCount send_count, RecvCount recv_count) {
+  AlltoallPlan p;
+  p.send_counts.resize(U);
+  p.send_displs.resize(U);
+  p.recv_counts.resize(U);
+  p.recv_displs.resize(U);
+  for (int j = 0; j < U; ++j) {
+    p.send_counts[j] = send_count(j);
+    p.send_displs[j] = p.send_total;
+    p.send_total += p.send_counts[j];
+    p.recv_counts[j] = recv_count(j);
+    p.recv_displs[j] = p.recv_total;
+    p.recv_total += p.recv_counts[j];
+  }
+  return p;
+}
+
+}  // namespace
+
 UlyssesExchange::UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
                                  const kernels::AttentionShape& shape)
     : comm_(comm), layout_(layout), ring_rank_(ring_rank), shape_(shape) {
@@ -59,16 +88,9 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
   double t0 = now_seconds();
 
   // Send block for rank j: [my_rows, nq_j, D] q | [my_rows, nkv_j, D] k | same for v.
-  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
-  int64_t stotal = 0, rtotal = 0;
-  for (int j = 0; j < U; ++j) {
-    sc[j] = my_rows * (heads_[j].nq + 2 * heads_[j].nkv) * D;
-    sd[j] = stotal;
-    stotal += sc[j];
-    rc[j] = rows_[j] * (mine.nq + 2 * mine.nkv) * D;
-    rd[j] = rtotal;
-    rtotal += rc[j];
-  }
+  auto [sc, sd, rc, rd, stotal, rtotal] =
+      plan_alltoall(U, [&](int j) { return my_rows * (heads_[j].nq + 2 * heads_[j].nkv) * D; },
+                    [&](int j) { return rows_[j] * (mine.nq + 2 * mine.nkv) * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
   for (int j = 0; j < U; ++j) {
@@ -116,16 +138,9 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
   double t0 = now_seconds();
 
   // To rank j: its rows (its pieces, in its buffer order) of my heads: [rows_j, nq, D].
-  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
-  int64_t stotal = 0, rtotal = 0;
-  for (int j = 0; j < U; ++j) {
-    sc[j] = rows_[j] * mine.nq * D;
-    sd[j] = stotal;
-    stotal += sc[j];
-    rc[j] = rows_[me] * heads_[j].nq * D;
-    rd[j] = rtotal;
-    rtotal += rc[j];
-  }
+  auto [sc, sd, rc, rd, stotal, rtotal] =
+      plan_alltoall(U, [&](int j) { return rows_[j] * mine.nq * D; },
+                    [&](int j) { return rows_[me] * heads_[j].nq * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
   for (int j = 0; j < U; ++j) {
@@ -170,16 +185,9 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
   double t0 = now_seconds();
 
   // Send block for rank j: [q_rows[me], nq_j, D] q | [kv_rows[me], nkv_j, D] k | same for v.
-  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
-  int64_t stotal = 0, rtotal = 0;
-  for (int j = 0; j < U; ++j) {
-    sc[j] = (q_rows[me] * heads_[j].nq + 2 * kv_rows[me] * heads_[j].nkv) * D;
-    sd[j] = stotal;
-    stotal += sc[j];
-    rc[j] = (q_rows[j] * mine.nq + 2 * kv_rows[j] * mine.nkv) * D;
-    rd[j] = rtotal;
-    rtotal += rc[j];
-  }
+  auto [sc, sd, rc, rd, stotal, rtotal] =
+      plan_alltoall(U, [&](int j) { return (q_rows[me] * heads_[j].nq + 2 * kv_rows[me] * heads_[j].nkv) * D; },
+                    [&](int j) { return (q_rows[j] * mine.nq + 2 * kv_rows[j] * mine.nkv) * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
   for (int j = 0; j < U; ++j) {
@@ -219,16 +227,9 @@ void UlyssesRows::gather_heads(const float* out_g, const std::vector<int64_t>& q
   const HeadSlice& mine = heads_[me];
   // To rank j: its rows of my heads, [q_rows[j], nq, D], contiguous in out_g; from rank j: my
   // rows of its heads. The send side needs no packing.
-  std::vector<int64_t> sc(U), sd(U), rc(U), rd(U);
-  int64_t stotal = 0, rtotal = 0;
-  for (int j = 0; j < U; ++j) {
-    sc[j] = q_rows[j] * mine.nq * D;
-    sd[j] = stotal;
-    stotal += sc[j];
-    rc[j] = q_rows[me] * heads_[j].nq * D;
-    rd[j] = rtotal;
-    rtotal += rc[j];
-  }
+  auto [sc, sd, rc, rd, stotal, rtotal] =
+      plan_alltoall(U, [&](int j) { return q_rows[j] * mine.nq * D; },
+                    [&](int j) { return q_rows[me] * heads_[j].nq * D; });
   recv_.resize(size_t(rtotal));
   double t0 = now_seconds();
   comm_.alltoallv(out_g, sc, sd, recv_.data(), rc, rd);
