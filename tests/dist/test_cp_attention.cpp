@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "slope/core/error.h"
 #include "slope/model/attention_runner.h"
 #include "slope/parallel/cp_attention.h"
@@ -27,7 +28,9 @@ using namespace slope::parallel;
 
 namespace {
 
-constexpr double kTolerance = 1e-4;
+using dist_test::kTolerance;
+using dist_test::random_vec;
+using dist_test::gather_rows;
 
 std::vector<int64_t> parse_list(const std::string& s) {
   std::vector<int64_t> out;
@@ -68,23 +71,6 @@ Args parse(int argc, char** argv) {
     else fail("unknown flag ", k);
   }
   return a;
-}
-
-std::vector<float> random_vec(std::mt19937& rng, int64_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& x : out) x = d(rng);
-  return out;
-}
-
-// Rows of `full` [N, H, D] at the shard's positions, in buffer order.
-std::vector<float> gather_rows(const std::vector<float>& full, const model::SequenceShard& shard,
-                               int64_t row_elems) {
-  std::vector<float> out;
-  out.reserve(size_t(shard.local_tokens() * row_elems));
-  for (int64_t p : shard.positions())
-    out.insert(out.end(), full.begin() + p * row_elems, full.begin() + (p + 1) * row_elems);
-  return out;
 }
 
 // One case; returns the relative error over all ranks.

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "dist_test_util.h"
 #include "slope/core/error.h"
 #include "slope/model/attention_runner.h"
 #include "slope/parallel/cp_attention.h"
@@ -31,7 +32,9 @@ using model::SequenceShard;
 
 namespace {
 
-constexpr double kTolerance = 1e-4;
+using dist_test::kTolerance;
+using dist_test::random_vec;
+using dist_test::gather_rows;
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -81,23 +84,6 @@ Args parse(int argc, char** argv) {
     } else fail("unknown flag ", k);
   }
   return a;
-}
-
-std::vector<float> random_vec(std::mt19937& rng, int64_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> out(static_cast<size_t>(n));
-  for (float& x : out) x = d(rng);
-  return out;
-}
-
-// Rows of `full` [N, row_elems] at the shard's positions, in buffer order.
-std::vector<float> gather_rows(const std::vector<float>& full, const SequenceShard& shard,
-                               int64_t row_elems) {
-  std::vector<float> out;
-  out.reserve(size_t(shard.local_tokens() * row_elems));
-  for (int64_t p : shard.positions())
-    out.insert(out.end(), full.begin() + p * row_elems, full.begin() + (p + 1) * row_elems);
-  return out;
 }
 
 struct Layer {
