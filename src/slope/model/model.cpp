@@ -100,18 +100,14 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
   return m;
 }
 
-void Model::validate_tokens(const std::vector<int32_t>& tokens) const {
-  validate_token_ids(cfg_, tokens);
-}
-
-void validate_token_ids(const ModelConfig& cfg_, const std::vector<int32_t>& tokens) {
+void validate_token_ids(const ModelConfig& cfg, const std::vector<int32_t>& tokens) {
   SLOPE_CHECK(!tokens.empty(), "the prompt is empty; give at least one token id");
-  SLOPE_CHECK(int64_t(tokens.size()) <= cfg_.max_position_embeddings, "the prompt has ",
+  SLOPE_CHECK(int64_t(tokens.size()) <= cfg.max_position_embeddings, "the prompt has ",
               tokens.size(), " tokens, more than the model's max_position_embeddings (",
-              cfg_.max_position_embeddings, "); shorten it");
+              cfg.max_position_embeddings, "); shorten it");
   for (size_t i = 0; i < tokens.size(); ++i)
-    SLOPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg_.vocab_size, "token id ", tokens[i],
-                " at position ", i, " is outside the vocabulary [0, ", cfg_.vocab_size, ")");
+    SLOPE_CHECK(tokens[i] >= 0 && tokens[i] < cfg.vocab_size, "token id ", tokens[i],
+                " at position ", i, " is outside the vocabulary [0, ", cfg.vocab_size, ")");
 }
 
 void Model::embed(const int32_t* tokens, int64_t n, float* h) const {

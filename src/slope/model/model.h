@@ -42,9 +42,6 @@ class Model {
   const LayerWeights& layer(int i) const { return layers_.at(i - opts_.first_layer); }
   size_t weight_bytes() const { return weight_bytes_; }
 
-  // Checks token ids against the vocabulary and the prompt length against
-  // max_position_embeddings; throws slope::Error naming the offending id or length.
-  void validate_tokens(const std::vector<int32_t>& tokens) const;
   // h [n, H] = embedding rows of tokens[n].
   void embed(const int32_t* tokens, int64_t n, float* h) const;
   // logits [V] = lm_head(final_norm(h_row)) for one hidden row.
