@@ -82,52 +82,7 @@ def predict(slope, model, profile, mesh, tokens, dtype, no_engine):
     return json.loads(out.strip().splitlines()[-1])
 
 
-# What SLOPE's CPU engine does, read from its code (docs/planner.md, profile "engine" object).
-ENGINE_FACTS = {
-    "attention_dtype": "fp32",      # src/slope/kernels/cpu/attention.cpp: fp32 even in bf16 mode
-    "wire_bytes": 4,                # K/V, activations and all-reduce payloads are fp32
-    "gemm_rows": 1024,              # slope run --chunk (token-local work in blocks of 1024 rows)
-    "unfused_elementwise": True,    # src/slope/model/layers.cpp: fp32 buffers between kernels
-    "attention_block_q": 64,        # kBq, kBk in src/slope/kernels/cpu/attention.cpp
-    "attention_block_k": 64,
-    "attention_calibrated_tokens": 4096,  # slope calibrate's attention point
-    "fresh_buffer_mb": 33.554432,   # glibc's largest dynamic mmap threshold (32 MiB)
-}
-
-
-def merge_engine(profile, row_overhead, curve_file, kv_heads, zero_fill_gbs, source):
-    """Adds the engine object to a profile written by `slope calibrate` (which does not know the
-    engine's structure): the facts above, the attention row overhead, the attention curve
-    measured at the model's head shape, and the first-touch zero-fill rate."""
-    p = json.load(open(profile))
-    e = dict(ENGINE_FACTS)
-    e["attention_row_overhead"] = row_overhead
-    if curve_file:
-        pts = [json.loads(l) for l in open(curve_file) if l.strip().startswith("{") and '"tokens"' in l]
-        e["attention_curve"] = [{"tokens": q["tokens"], "gflops": q["gflops"]} for q in sorted(pts, key=lambda q: q["tokens"])]
-        e["attention_curve_kv_heads"] = kv_heads
-    if zero_fill_gbs:
-        e["zero_fill_gbs"] = zero_fill_gbs
-    p["engine"] = e
-    p.setdefault("sources", []).append({"what": "engine object (attention tiles, fp32 attention and wire, row blocks, "
-                                        "attention curve, zero-fill rate)", "value": json.dumps(e), "source": source})
-    with open(profile, "w") as f:
-        json.dump(p, f, indent=2)
-        f.write("\n")
-
-
 def main():
-    if len(sys.argv) > 1 and sys.argv[1] == "merge-engine":
-        mp = argparse.ArgumentParser(prog="validate_planner.py merge-engine")
-        mp.add_argument("profile")
-        mp.add_argument("--row-overhead", type=float, required=True)
-        mp.add_argument("--curve", default=None, help="JSON lines {tokens, gflops} (engine kernel, model head shape)")
-        mp.add_argument("--curve-kv-heads", type=int, default=4)
-        mp.add_argument("--zero-fill-gbs", type=float, default=0)
-        mp.add_argument("--source", required=True)
-        m = mp.parse_args(sys.argv[2:])
-        merge_engine(m.profile, m.row_overhead, m.curve, m.curve_kv_heads, m.zero_fill_gbs, m.source)
-        return 0
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slope", default=None, help="slope binary (default: build/release/slope)")
     ap.add_argument("--profiles-dir", default="profiles")

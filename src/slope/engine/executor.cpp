@@ -64,7 +64,9 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     }
   }
 
-  const model::LayerContext base_ctx = model.layer_context(opts.chunk_tokens, nullptr);
+  model::LayerBuffers layer_buffers;
+  model::LayerContext base_ctx = model.layer_context(opts.chunk_tokens, nullptr);
+  base_ctx.buffers = &layer_buffers;
   struct PendingSend {
     Tensor buffer;
     parallel::Request request;

@@ -8,6 +8,11 @@
 
 namespace slope::kernels {
 
+// Tiles of flash_attention: query rows and keys per block. Every tile with a visible pair is
+// computed in full; the planner's cost model counts work in these tiles.
+inline constexpr int64_t kAttentionBlockQ = 64;
+inline constexpr int64_t kAttentionBlockK = 64;
+
 struct AttentionShape {
   int64_t num_q_heads = 0;
   int64_t num_kv_heads = 0;  // GQA: query head h reads KV head h / (num_q_heads / num_kv_heads)

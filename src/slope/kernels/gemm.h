@@ -43,6 +43,11 @@ class Linear {
   std::unique_ptr<Impl> impl_;
 };
 
+// y[n] = x[n] rounded to bf16 (nearest even), over the threads: what a BF16 Linear does to its
+// input rows before the GEMM.
+void convert_to_bf16(const float* x, uint16_t* y, int64_t n);  // one thread
+void to_bf16(const float* x, uint16_t* y, int64_t n);
+
 // Plain f32 GEMM, C[M,N] = alpha · A[M,K] · B[K,N] (+ beta·C), row-major with leading dimensions.
 // Used for small or one-off products where prepacking does not pay.
 void gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,

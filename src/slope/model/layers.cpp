@@ -83,6 +83,14 @@ void moe_mlp(const ModelConfig& c, int64_t I, const MoeWeights& w, const float* 
 
 }  // namespace
 
+float* LayerBuffers::reserve(Tensor& t, int64_t n) {
+  if (t.numel() < n) {
+    t = Tensor();  // free before allocating the larger one
+    t = Tensor({n}, DType::F32);
+  }
+  return t.data<float>();
+}
+
 TensorSlice TensorSlice::of(const ModelConfig& c, int rank, int size) {
   SLOPE_CHECK(size >= 1 && rank >= 0 && rank < size, "bad tensor-parallel rank ", rank, " of ", size);
   SLOPE_CHECK(c.num_heads % size == 0, "--tp ", size, " must divide the ", c.num_heads,
@@ -117,7 +125,9 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   PhaseTimes& t = ctx.times ? *ctx.times : dummy;
   const std::vector<int64_t> pos = q_shard.positions();
 
-  Tensor q({n, Hq, D}, DType::F32);
+  LayerBuffers local;
+  LayerBuffers& buf = ctx.buffers ? *ctx.buffers : local;
+  float* q = LayerBuffers::reserve(buf.q, n * Hq * D);  // every row written below
   float* k_new = k_cache + kv_row0 * Hkv * D;
   float* v_new = v_cache + kv_row0 * Hkv * D;
   {
@@ -125,12 +135,13 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     Tensor x({chunk, H}, DType::F32), qkv({chunk, (Hq + 2 * Hkv) * D}, DType::F32);
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
-      norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, q.data<float>() + r * Hq * D,
+      norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, q + r * Hq * D,
                     k_new + r * Hkv * D, v_new + r * Hkv * D, x, qkv);
     }
   }
 
-  Tensor attn({n, Hq, D}, DType::F32);
+  float* attn = LayerBuffers::reserve(buf.attn, n * Hq * D);
+  std::fill(attn, attn + n * Hq * D, 0.f);
   {
     ScopedTimer st{&t.attention};
     LayerAttention spec;
@@ -140,9 +151,8 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     spec.mask.window = w.window;
     spec.scale = float(c.attention_scale());
     spec.sinks = w.attn.sinks.empty() ? nullptr : w.attn.sinks.data<float>();
-    runner.attend(spec, q.data<float>(), q_shard, k_cache, v_cache, kv_shard, attn.data<float>());
+    runner.attend(spec, q, q_shard, k_cache, v_cache, kv_shard, attn);
   }
-  q = Tensor();
 
   // Under tensor parallelism o_proj and the MLP produce partial sums over the local heads /
   // intermediate columns: they go to `partial`, are all-reduced, then added to h.
@@ -164,7 +174,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     float* hr = h + r * H;
     {
       ScopedTimer st{&t.o_proj};
-      w.attn.o.forward(attn.data<float>() + r * Hq * D, m, tp ? partial.data<float>() : hr, /*accumulate=*/!tp);
+      w.attn.o.forward(attn + r * Hq * D, m, tp ? partial.data<float>() : hr, /*accumulate=*/!tp);
     }
     if (tp) add_reduced(hr, m, &t.o_proj);
     {

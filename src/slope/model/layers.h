@@ -74,6 +74,15 @@ struct TensorSlice {
 // Sums a partial [rows, cols] result over the tensor-parallel group, in place.
 using AllReduceFn = std::function<void(float* data, int64_t count)>;
 
+// Per-call buffers of a layer (queries and attention output, [rows, heads, head_dim] f32), kept
+// from layer to layer and chunk to chunk: fresh allocations of that size come back from the
+// allocator as new pages, a page fault each, every layer.
+struct LayerBuffers {
+  Tensor q, attn;
+  // Flat f32 storage for at least `n` floats in `t` (grown, never shrunk); not cleared.
+  static float* reserve(Tensor& t, int64_t n);
+};
+
 struct LayerContext {
   const ModelConfig* cfg = nullptr;
   TensorSlice slice;
@@ -82,6 +91,7 @@ struct LayerContext {
   DType act_dtype = DType::F32;  // where norms cast (bf16 compute rounds like the model dtype)
   int64_t chunk = 1024;
   PhaseTimes* times = nullptr;
+  LayerBuffers* buffers = nullptr;  // reused if set, else allocated per call
 };
 
 void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeights& w, float* h,

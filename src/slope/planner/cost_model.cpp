@@ -217,6 +217,35 @@ WeightBytes weight_bytes(const ModelConfig& c) {
   return w;
 }
 
+double elementwise_bytes_per_token(const ModelConfig& cfg, int tp, const std::string& compute_dtype,
+                                   bool unfused) {
+  SLOPE_CHECK(tp >= 1, "tensor-parallel degree must be at least 1, got ", tp);
+  Mesh m;
+  m.TP = tp;
+  const HeadSplit hs = head_split(cfg, m);
+  const double h = double(cfg.hidden_size), d = double(cfg.head_dim), H = double(cfg.num_heads),
+               KV = double(cfg.num_kv_heads), inter = double(cfg.intermediate_size);
+  const double k = double(cfg.experts_per_token), TP = tp;
+  // Fused: 2 norms and 2 residuals over hidden, RoPE over q and k, SwiGLU over the
+  // intermediate, in fp32.
+  if (!unfused) return 4 * (8 * h + 2 * (H + KV) * d / TP + (cfg.is_moe() ? 3 * k * inter : 3 * inter) / TP);
+  // Unfused, as SLOPE's CPU engine runs (fp32 between kernels): input and post norms (read +
+  // write hidden), the fused qkv output split into q, k, v, RoPE read + write of q and k, a
+  // bf16 copy of every GEMM input (read 4, write 2 bytes), the o_proj sum into the residual,
+  // under TP the all-reduced partial added twice, and for MoE the gather of each token's k
+  // expert rows, SwiGLU (read 2I, write I) and the weighted scatter-add (read y, read + write h).
+  const double Hq_tp = hs.q_tp, K_tp = hs.kv_tp, I_tp = inter / TP;
+  const double conv = compute_dtype == "fp32" ? 0.0 : 6.0;  // bytes per GEMM input element
+  const double qkv_w = (Hq_tp + 2 * K_tp) * d;
+  double bytes = 8 * h + 8 * qkv_w + 8 * (Hq_tp + K_tp) * d + conv * (h + Hq_tp * d) + 4 * h + 8 * h;
+  if (tp > 1) bytes += 2 * 12 * h;
+  if (cfg.is_moe())
+    bytes += conv * (h + k * h + k * I_tp) + 8 * k * h + 12 * k * I_tp + 12 * k * h;
+  else
+    bytes += conv * (h + I_tp) + 12 * I_tp;
+  return bytes;
+}
+
 double kv_bytes_per_token_layer(const ModelConfig& c) {
   return 2.0 * double(c.num_kv_heads) * double(c.head_dim) * 2.0;
 }
@@ -368,33 +397,12 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     return worst;
   };
 
-  // Element-wise bytes per token and layer of one rank. Fused (default): 2 norms and 2
-  // residuals over hidden, RoPE over q and k, SwiGLU over the intermediate, in fp32. Unfused,
-  // as SLOPE's CPU engine runs (fp32 between kernels): input and post norms (read + write
-  // hidden), the fused qkv output split into q, k, v, RoPE read + write of q and k, a bf16 copy
-  // of every GEMM input (read 4, write 2 bytes), the o_proj sum into the residual, under TP
-  // the all-reduced partial added twice, and for MoE the gather of each token's k expert
-  // rows, SwiGLU (read 2I, write I) and the weighted scatter-add (read y, read + write h).
-  const double Hq_tp = hs.q_tp, K_tp = hs.kv_tp, I_tp = inter / m.TP;
-  double ew_per_token;
-  if (!eng.unfused_elementwise) {
-    ew_per_token = 4 * (8 * h + 2 * (H + KV) * d / TP + (cfg.is_moe() ? 3 * k * inter : 3 * inter) / TP);
-  } else {
-    const double conv = opt.compute_dtype == "fp32" ? 0.0 : 6.0;  // bytes per GEMM input element
-    const double qkv_w = (Hq_tp + 2 * K_tp) * d;
-    ew_per_token = 8 * h + 8 * qkv_w + 8 * (Hq_tp + K_tp) * d + conv * (h + Hq_tp * d) + 4 * h + 8 * h;
-    if (m.TP > 1) ew_per_token += 2 * 12 * h;
-    if (cfg.is_moe())
-      ew_per_token += conv * (h + k * h + k * I_tp) + 8 * k * h + 12 * k * I_tp + 12 * k * h;
-    else
-      ew_per_token += conv * (h + I_tp) + 12 * I_tp;
-  }
+  const double ew_per_token = elementwise_bytes_per_token(cfg, m.TP, opt.compute_dtype, eng.unfused_elementwise);
+  // Element-wise kernels run at the rate the profile measured for them, else stream at the
+  // memory bandwidth.
+  const double ew_rate = eng.elementwise_gbs > 0 ? eng.elementwise_gbs * 1e9 : mem_bw;
   const double gemm_rows = double(eng.gemm_rows);
-  // Seconds to zero-fill one buffer of `bytes` (fresh pages at first-touch speed when large).
-  auto zero_fill = [&](double bytes) {
-    if (eng.zero_fill_gbs <= 0 || bytes <= 0) return 0.0;
-    return bytes >= eng.fresh_buffer_mb * 1e6 ? bytes / (eng.zero_fill_gbs * 1e9) : bytes / mem_bw;
-  };
+  const bool zero_fills = eng.zero_fill_gbs > 0;
 
   // Cost of one layer of window w on one rank for the chunk of queries [p, p + c).
   auto layer_cost = [&](int64_t w, double p, double c, StageCost& sc) {
@@ -423,7 +431,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     }
     sc.flops += proj_flops + mlp_flops;
     sc.t.linear += lin;
-    sc.t.elementwise += t * ew_per_token / mem_bw;
+    sc.t.elementwise += t * ew_per_token / ew_rate;
 
     const double attn_flops = attention_pairs(int64_t(p), int64_t(p + c), w) * pair_flops / (cp * TP);
     sc.flops += attn_flops;
@@ -480,8 +488,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
       sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + blocks * (hw.node.allreduce.latency_s() + msg));
     }
     sc.t.overhead += kernels * kern;
-    // The layer's q and attention-output buffers [t, H_tp, d] fp32, zero-filled.
-    sc.t.overhead += 2 * zero_fill(t * Hq_tp * d * 4);
+    // The attention output [t, H_tp, d] fp32 is cleared before each layer's attention.
+    if (zero_fills) sc.t.overhead += t * hs.q_tp * d * 4 / mem_bw;
   };
 
   // Per stage, per chunk costs.
@@ -498,10 +506,13 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
         layer_cost(w, p, c, one);
         add_scaled(sc, one, count);
       }
-      if (j == 0 && eng.zero_fill_gbs > 0) {
-        // The K/V cache of the stage's layers for all of the rank's rows, before chunk 0:
-        // one K and one V tensor [rows, kv_tp, d] fp32 per layer.
-        sc.t.overhead += 2 * double(stage_layers[s].size()) * zero_fill(double(tokens) / cp * hs.kv_tp * d * 4);
+      if (j == 0 && zero_fills) {
+        // Memory the process touches for the first time, before and in chunk 0: the K/V cache
+        // of the stage's layers for all of the rank's rows (a K and a V tensor [rows, kv_tp, d]
+        // fp32 per layer) and the layer buffers for q and the attention output of a chunk.
+        const double kv = 2 * double(stage_layers[s].size()) * double(tokens) / cp * hs.kv_tp * d * 4;
+        const double layer_buffers = 2 * c / cp * hs.q_tp * d * 4;
+        sc.t.overhead += (kv + layer_buffers) / (eng.zero_fill_gbs * 1e9);
       }
       if (s == m.P - 1 && j == n_chunks - 1) {
         // lm_head on the last token only (prefill returns the first token's logits).

@@ -70,6 +70,14 @@ WeightBytes weight_bytes(const model::ModelConfig& cfg);
 // K and V bytes of one token in one layer (bf16): 2·kv_heads·head_dim·2.
 double kv_bytes_per_token_layer(const model::ModelConfig& cfg);
 
+// Element-wise bytes per token and layer on one rank of a TP group of `tp` (norms, RoPE, the
+// q/k/v split, bf16 copies of GEMM inputs, SwiGLU, MoE gather and scatter-add, residual adds):
+// fused kernels, or `unfused` as SLOPE's CPU engine runs them (docs/planner.md section 1).
+// `slope calibrate` times the engine's kernels and divides this count by the time, so the
+// profile's element-wise rate and the model count the same bytes.
+double elementwise_bytes_per_token(const model::ModelConfig& cfg, int tp, const std::string& compute_dtype,
+                                   bool unfused);
+
 // Key-equivalents a flash-attention kernel with tiles of bq query rows and bk keys executes for
 // queries at global positions [q0, q1) against keys [k0, k1) under a causal mask with window
 // W (0 = full): every tile with at least one visible pair is computed in full (query tiles

@@ -175,8 +175,8 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
     g.attention_calibrated_tokens =
         int64_t(r.number_or(*e, "attention_calibrated_tokens", "engine.", 0.0, 0.0, 1e9));
     g.message_overhead_us = r.number_or(*e, "message_overhead_us", "engine.", 0.0, 0.0, 1e6);
+    g.elementwise_gbs = r.number_or(*e, "elementwise_gbs", "engine.", 0.0, 0.0, 1e5);
     g.zero_fill_gbs = r.number_or(*e, "zero_fill_gbs", "engine.", 0.0, 0.0, 1e5);
-    g.fresh_buffer_mb = r.number_or(*e, "fresh_buffer_mb", "engine.", g.fresh_buffer_mb, 0.0, 1e9);
     if (auto c = e->find("attention_curve"); c != e->end()) {
       SLOPE_CHECK(c->is_array() && !c->empty(), source,
                   ": \"engine.attention_curve\" must be a non-empty array of {\"tokens\": N, \"gflops\": rate}");

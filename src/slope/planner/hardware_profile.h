@@ -62,6 +62,11 @@ struct EngineSpec {
   // kernels, bf16 conversion of every GEMM input, MoE gather / scatter-add, SwiGLU, RoPE,
   // the q/k/v split): bytes per token and layer in cost_model.cpp. False: fused kernels.
   bool unfused_elementwise = false;
+  // GB/s (of the bytes elementwise_bytes_per_token counts) at which the engine's element-wise
+  // kernels run, timed by `slope calibrate --model` on one block of gemm_rows tokens. They do
+  // not stream at the triad rate: SwiGLU is exp-bound, the scatter-add is serial, blocks fit
+  // in cache. 0: the memory bandwidth.
+  double elementwise_gbs = 0;
   // Flash-attention tiling: query rows and keys per tile. Work is counted per visited tile
   // (diagonal and window-edge tiles computed in full), plus a fixed cost per query row and
   // visited key block (softmax rescale, output update), in key-equivalents. The profile's
@@ -71,14 +76,11 @@ struct EngineSpec {
   int64_t attention_block_q = 0, attention_block_k = 0;
   double attention_row_overhead = 0;  // key-equivalents per query row
   int64_t attention_calibrated_tokens = 0;
-  // Zero-filled buffers (SLOPE's Tensor memsets every allocation on one thread): buffers of
-  // at least `fresh_buffer_mb` MB (glibc's largest mmap threshold, 32 MiB) come as fresh pages
-  // and fill at `zero_fill_gbs` (first touch, page faults included); smaller ones reuse the
-  // heap and fill at the memory bandwidth. Counted: the K/V cache of the rank's layers
-  // (allocated before the first chunk) and each layer's q and attention-output buffers.
+  // First touch: the K/V cache of the rank's layers and the layer buffers are memory the
+  // process has not used before; filling it (page faults included) runs at `zero_fill_gbs`
+  // on one thread. Each layer also clears its attention output at the memory bandwidth.
   // 0: not modelled.
   double zero_fill_gbs = 0;
-  double fresh_buffer_mb = 33.554432;
   // Attention rate against context length for full (causal) layers: GFLOP/s in exact pairs
   // of a causal self-attention of `tokens` tokens with `attention_curve_kv_heads` KV heads
   // (the engine's kernel at the model's head shape). The kernel slows down as the K/V it

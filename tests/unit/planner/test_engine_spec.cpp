@@ -130,6 +130,13 @@ TEST(EngineSpec, UnfusedElementwiseBytes) {
   // 1,024 + 768 + 1,536 = 4,864; total 8,704 B · 1000 tokens · 2 layers / 1 TB/s = 17.408 us.
   const Prediction p = predict(tiny_moe(), engine_profile(R"({"unfused_elementwise": true})"), Mesh{}, 1000);
   expect_rel(p.phases.elementwise, 8704.0 * 1000 * 2 / 1e12);
+  EXPECT_EQ(elementwise_bytes_per_token(tiny_moe(), 1, "bf16", true), 8704);
+  // fp32 GEMMs convert nothing: 8,704 - 768 - 1,536 = 6,400.
+  EXPECT_EQ(elementwise_bytes_per_token(tiny_moe(), 1, "fp32", true), 6400);
+  // A measured element-wise rate of 10 GB/s replaces the memory bandwidth: 1.7408 ms.
+  const Prediction measured =
+      predict(tiny_moe(), engine_profile(R"({"unfused_elementwise": true, "elementwise_gbs": 10})"), Mesh{}, 1000);
+  expect_rel(measured.phases.elementwise, 8704.0 * 1000 * 2 / 1e10);
 }
 
 TEST(EngineSpec, TileWorkFromTheCalibratedPoint) {
@@ -153,16 +160,15 @@ TEST(EngineSpec, TileWorkFromTheCalibratedPoint) {
 }
 
 TEST(EngineSpec, ZeroFilledBuffers) {
-  // tiny_dense, one rank, 1000 tokens: per layer q and attention output 1000 · 4 · 16 · 4 B =
-  // 256,000 B each; K/V cache 1000 · 2 · 16 · 4 = 128,000 B each. Above the 0.1 MB threshold
-  // they fill at 1 GB/s: 2 layers · (2 · 256 + 2 · 128) us = 1,536 us; below a 1 MB one at the
-  // memory bandwidth (1 TB/s): 1.536 us.
-  const Prediction fresh =
-      predict(tiny_dense(), engine_profile(R"({"zero_fill_gbs": 1, "fresh_buffer_mb": 0.1})"), Mesh{}, 1000);
-  expect_rel(fresh.phases.overhead, 1536e-6);
-  const Prediction heap =
-      predict(tiny_dense(), engine_profile(R"({"zero_fill_gbs": 1, "fresh_buffer_mb": 1})"), Mesh{}, 1000);
-  expect_rel(heap.phases.overhead, 1.536e-6);
+  // tiny_dense, one rank, 1000 tokens: K/V cache 1000 · 2 · 16 · 4 = 128,000 B per tensor, a K
+  // and a V for each of 2 layers; q and attention-output buffers 1000 · 4 · 16 · 4 = 256,000 B
+  // each. First touch at 1 GB/s: (4 · 128,000 + 2 · 256,000) B = 1,024 us; each layer clears
+  // its attention output at the memory bandwidth (1 TB/s): 2 · 0.256 us.
+  const Prediction p = predict(tiny_dense(), engine_profile(R"({"zero_fill_gbs": 1})"), Mesh{}, 1000);
+  expect_rel(p.phases.overhead, 1024e-6 + 0.512e-6);
+  // Ring 2: each rank holds half the rows, so half of everything.
+  const Prediction r2 = predict(tiny_dense(), engine_profile(R"({"zero_fill_gbs": 1})"), Mesh{1, 2, 1, 1, 0}, 1000);
+  expect_rel(r2.phases.overhead, (1024e-6 + 0.512e-6) / 2);
   EXPECT_EQ(predict(tiny_dense(), engine_profile("{}"), Mesh{}, 1000).phases.overhead, 0);
 }
 

@@ -105,6 +105,7 @@ struct Problem {
 constexpr int kQV = 4;         // zmm vectors of queries per block
 constexpr int kBq = 16 * kQV;  // query rows per work unit
 constexpr int kBk = 64;        // keys per K/V block
+static_assert(kBq == kAttentionBlockQ && kBk == kAttentionBlockK, "attention.h states the tiles");
 constexpr int kNB = 6;         // keys (QK) or head dims (PV) broadcast per micro-kernel step:
                                // kQV·kNB = 24 zmm accumulators
 

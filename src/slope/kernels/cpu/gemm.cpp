@@ -58,33 +58,6 @@ struct ThreadBuffer {
   ~ThreadBuffer() { std::free(data); }
 };
 
-// f32 -> bf16, round to nearest even (as slope::f32_to_bf16 and torch's .to(bfloat16)).
-void convert_to_bf16(const float* x, uint16_t* y, int64_t n) {
-  int64_t i = 0;
-#if defined(__AVX512BF16__)
-  for (; i + 32 <= n; i += 32) {
-    __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
-    __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
-    _mm512_storeu_si512(reinterpret_cast<void*>(y + i), reinterpret_cast<__m512i&>(v));
-  }
-#endif
-  for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
-}
-
-void convert_to_bf16_parallel(const float* x, uint16_t* y, int64_t n) {
-  constexpr int64_t kChunk = 1 << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (chunks <= 1) {
-    convert_to_bf16(x, y, n);
-    return;
-  }
-#pragma omp parallel for schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t b = c * kChunk;
-    convert_to_bf16(x + b, y + b, std::min(kChunk, n - b));
-  }
-}
-
 // The M the packed layout is chosen for: a typical prefill chunk.
 constexpr int64_t kPackM = 512;
 
@@ -134,6 +107,33 @@ PrimCache& prim_cache() {
 }
 
 }  // namespace
+
+// f32 -> bf16, round to nearest even (as slope::f32_to_bf16 and torch's .to(bfloat16)).
+void convert_to_bf16(const float* x, uint16_t* y, int64_t n) {
+  int64_t i = 0;
+#if defined(__AVX512BF16__)
+  for (; i + 32 <= n; i += 32) {
+    __m512 lo = _mm512_loadu_ps(x + i), hi = _mm512_loadu_ps(x + i + 16);
+    __m512bh v = _mm512_cvtne2ps_pbh(hi, lo);
+    _mm512_storeu_si512(reinterpret_cast<void*>(y + i), reinterpret_cast<__m512i&>(v));
+  }
+#endif
+  for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
+}
+
+void to_bf16(const float* x, uint16_t* y, int64_t n) {
+  constexpr int64_t kChunk = 1 << 16;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (chunks <= 1) {
+    convert_to_bf16(x, y, n);
+    return;
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = c * kChunk;
+    convert_to_bf16(x + b, y + b, std::min(kChunk, n - b));
+  }
+}
 
 struct Linear::Impl {
   int64_t N = 0, K = 0;
@@ -258,7 +258,7 @@ void Linear::forward(const float* x, int64_t M, float* y, bool accumulate) const
   void* src = const_cast<float*>(x);
   if (m.ct == ComputeType::BF16) {
     auto* xb = static_cast<uint16_t*>(act_buf.get(size_t(M * m.K) * sizeof(uint16_t)));
-    convert_to_bf16_parallel(x, xb, M * m.K);
+    to_bf16(x, xb, M * m.K);
     src = xb;
   }
   dnnl::memory src_mem({{M, m.K}, m.compute_dt(), tag::ab}, eng, src);
