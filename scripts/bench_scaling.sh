@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Parallel schemes side by side on this machine: 1 rank x 1 thread, 1 rank x 2 threads, and
-# 2 ranks x 1 thread as Ulysses 2, ring 2, pipeline 2 (chunked) and tensor parallel 2, on the
+# 2 ranks x 1 thread as Ulysses 2, ring 2, pipeline 2 (chunked) and tensor parallel 2 (and
+# u2r2: 4 ranks x 1 thread, two per core, when asked for), on the
 # gpt-oss-shaped bench model (bf16) at several prompt lengths. One JSON line per run goes to
 # OUT (default bench-results/scaling.jsonl); scripts/bench_scaling.py makes the tables.
 # Usage: scripts/bench_scaling.sh [LENGTHS] [CONFIGS]   (MCA="--mca btl tcp,self" for TCP)
@@ -25,6 +26,7 @@ for n in $lengths; do
       r2)  cmd=(mpirun ${MCA:-} -np 2 "$slope" "${common[@]}" --threads 1 --ring 2) ;;
       pp2) cmd=(mpirun ${MCA:-} -np 2 "$slope" "${common[@]}" --threads 1 --pp 2) ;;
       tp2) cmd=(mpirun ${MCA:-} -np 2 "$slope" "${common[@]}" --threads 1 --tp 2) ;;
+      u2r2) cmd=(mpirun ${MCA:-} -np 4 --oversubscribe "$slope" "${common[@]}" --threads 1 --ulysses 2 --ring 2) ;;
       *) echo "unknown config $c" >&2; exit 2 ;;
     esac
     "${cmd[@]}" | python3 -c "import json,sys; j=json.load(sys.stdin); j['config']='$c'; j['transport']='${MCA:-shm}'; print(json.dumps(j))" | tee -a "$out"

@@ -26,20 +26,6 @@
 namespace slope::cli {
 namespace {
 
-// Median seconds of `reps` runs of fn (after one warm-up run).
-template <typename F>
-double median_seconds(int reps, F&& fn) {
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = now_seconds();
-    fn();
-    t.push_back(now_seconds() - t0);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
-}
-
 std::vector<float> random_vec(size_t n, uint64_t seed) {
   std::mt19937 rng{uint32_t(seed)};
   std::uniform_real_distribution<float> d(-1.f, 1.f);
@@ -52,7 +38,7 @@ double gemm_gflops(kernels::ComputeType ct, int64_t M, int64_t N, int64_t K, int
   auto w = random_vec(size_t(N * K), 1), x = random_vec(size_t(M * K), 2);
   std::vector<float> y(size_t(M * N));
   kernels::Linear lin(w.data(), DType::F32, kernels::WeightLayout::OutIn, N, K, nullptr, ct);
-  const double s = median_seconds(reps, [&] { lin.forward(x.data(), M, y.data()); });
+  const double s = best_seconds(reps, [&] { lin.forward(x.data(), M, y.data()); });
   return 2.0 * M * N * K / s / 1e9;
 }
 
@@ -62,7 +48,7 @@ double attention_gflops(int64_t n, int reps) {
        v = random_vec(size_t(n * 2 * 64), 5);
   std::vector<float> out(q.size()), lse(size_t(n * 8));
   const kernels::AttentionMask mask{true, 0};
-  const double s = median_seconds(reps, [&] {
+  const double s = best_seconds(reps, [&] {
     kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask, 0.125f,
                              nullptr, out.data(), lse.data());
   });
@@ -73,7 +59,7 @@ double attention_gflops(int64_t n, int reps) {
 double triad_gbs(int reps) {
   const size_t n = size_t(64) << 20;  // 256 MB per array
   std::vector<float> a(n), b(n, 1.f), c(n, 2.f);
-  const double s = median_seconds(reps, [&] {
+  const double s = best_seconds(reps, [&] {
 #pragma omp parallel for schedule(static)
     for (size_t i = 0; i < n; ++i) a[i] = b[i] + 0.5f * c[i];
   });
@@ -91,7 +77,7 @@ LinkFigures measure_links(parallel::Communicator& world, int reps) {
   const int r = world.rank();
   auto pingpong = [&](size_t bytes) {
     std::vector<uint8_t> buf(bytes);
-    return median_seconds(reps, [&] {
+    return best_seconds(reps, [&] {
       if (r == 0) {
         world.isend_bytes(buf.data(), bytes, 1, parallel::Tag::Test).wait();
         world.irecv_bytes(buf.data(), bytes, 1, parallel::Tag::Test).wait();
@@ -112,13 +98,13 @@ LinkFigures measure_links(parallel::Communicator& world, int reps) {
   std::vector<float> send(size_t(per_peer * P)), recv(send.size());
   std::vector<int64_t> counts(P, per_peer), displs(P);
   for (int i = 0; i < P; ++i) displs[i] = i * per_peer;
-  const double t_a2a = median_seconds(reps, [&] {
+  const double t_a2a = best_seconds(reps, [&] {
     world.alltoallv(send.data(), counts, displs, recv.data(), counts, displs);
   });
   std::vector<int64_t> one(P, 1), odispl(P);
   for (int i = 0; i < P; ++i) odispl[i] = i;
   std::vector<float> s1(P), r1(P);
-  const double t_small = median_seconds(reps, [&] {
+  const double t_small = best_seconds(reps, [&] {
     world.alltoallv(s1.data(), one, odispl, r1.data(), one, odispl);
   });
   f.alltoall_latency_us = t_small * 1e6;
@@ -155,9 +141,10 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
   // GEMMs at the model's shapes replace the 2048^3 figure for the dtype the engine runs.
   auto& mm = j["device"]["matmul"][f.compute_dtype];
   mm["efficiency"] = std::min(1.0, f.layer_gemm_gflops / 1e3 / mm["peak_tflops"].get<double>());
-  src.push_back({{"what", str_cat(f.compute_dtype, " GEMMs of one layer on a block of ", f.block_rows,
-                                  " rows (q/k/v, o, router, up to 8 experts with their own weights), ", who)},
-                 {"value", str_cat(f.layer_gemm_gflops, " GFLOP/s; used as the matmul rate")},
+  src.push_back({{"what", str_cat(f.compute_dtype, " GEMMs of the model's own first layers in decoder_layer_forward on a "
+                                  "block of ", f.block_rows, " rows: (token-local time - element-wise time) / GEMM FLOPs, ", who)},
+                 {"value", str_cat(f.layer_gemm_gflops, " GFLOP/s (layer ", f.layer_seconds * 1e3, " ms, element-wise ",
+                                   f.elementwise_seconds * 1e3, " ms); used as the matmul rate")},
                  {"source", "slope calibrate --model"}});
   src.push_back({{"what", str_cat("element-wise kernels of one ", cfg.architecture, " layer (", model_path, ", ",
                                   f.compute_dtype, "), block of ", f.block_rows, " rows, ", who)},
@@ -189,7 +176,7 @@ int cmd_calibrate(int argc, char** argv) {
   app.add_option("--out", out, "profile JSON to write (updated in place if it exists)")->required();
   app.add_option("--name", name, "profile name");
   app.add_option("--threads", threads, "threads per rank (a 'device'); default cores / ranks");
-  app.add_option("--reps", reps, "repetitions per measurement (median is kept)");
+  app.add_option("--reps", reps, "repetitions per measurement (the fastest is kept)");
   app.add_option("--link", link, "which links the MPI figures describe: intra (inside a node) or inter (between nodes)");
   app.add_option("--fp32-peak-per-thread", fp32_peak_per_thread,
                  "GFLOP/s peak of one core in fp32 (default: Zen 5, 2x512-bit FMA at 3.5 GHz)");
@@ -215,6 +202,7 @@ int cmd_calibrate(int argc, char** argv) {
   if (!model_path.empty()) {
     check_engine_options(eng_opt);
     cfg = model::load_config(model_path);
+    eng_opt.model_dir = model_path;
   }
   parallel::MpiRuntime mpi(&argc, &argv);
   auto world = mpi.world();
@@ -256,11 +244,12 @@ int cmd_calibrate(int argc, char** argv) {
     j["sources"] = nlohmann::json::array(
         {{{"what", "fp32 / bf16 GEMM 2048^3, attention 4096 causal hd64"},
           {"value", str_cat(f32, " / ", bf16, " / ", attn, " GFLOP/s")},
-          {"source", "slope calibrate (engine kernels, median of reps)"}},
+          {"source", "slope calibrate (engine kernels, fastest of reps)"}},
          {{"what", "memory triad"}, {"value", str_cat(mem, " GB/s")}, {"source", "slope calibrate"}},
          {{"what", "per-core peaks"},
           {"value", str_cat(fp32_peak_per_thread, " fp32 / ", bf16_peak_per_thread, " bf16 GFLOP/s")},
-          {"source", "shared/reference/machine-limits.md (measured asm peaks, 3.5 GHz)"}}});
+          {"source", "--fp32-peak-per-thread / --bf16-peak-per-thread (defaults: the Zen 5 asm peaks of "
+                     "shared/reference/machine-limits.md, 3.5 GHz)"}}});
     j["assumptions"] = nlohmann::json::array({"a device is one MPI rank with the stated threads"});
     if (!j.contains("node")) j["node"] = nlohmann::json::object();
     j["node"]["devices_per_node"] = P;

@@ -5,6 +5,8 @@
 //     the bytes planner::elementwise_bytes_per_token counts;
 //   - causal flash attention at the model's head shape over growing lengths (the curve);
 //   - first-touch zero fill of fresh buffers (SLOPE's Tensor memsets every allocation).
+//   - the GEMM rate: the model's own first layers through decoder_layer_forward, less the
+//     element-wise time, against their GEMM FLOPs.
 // The element-wise sequence mirrors model/layers.cpp (decoder_layer_forward, moe_mlp,
 // dense_mlp): change one, change the other.
 #include "slope/cli/calibrate_engine.h"
@@ -25,6 +27,9 @@
 #include "slope/kernels/moe.h"
 #include "slope/kernels/norm.h"
 #include "slope/kernels/rope.h"
+#include "slope/model/attention_runner.h"
+#include "slope/model/layers.h"
+#include "slope/model/model.h"
 #include "slope/planner/cost_model.h"
 
 namespace slope::cli {
@@ -40,26 +45,6 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   std::vector<float> v(n);
   for (auto& x : v) x = d(rng);
   return v;
-}
-
-// Median of `reps` timed runs after one warm-up run; one untimed-warm-up-free run when reps is 0
-// (long attention calls).
-template <typename F>
-double median_time(int reps, F&& fn) {
-  if (reps <= 0) {
-    const double t0 = now_seconds();
-    fn();
-    return now_seconds() - t0;
-  }
-  fn();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const double t0 = now_seconds();
-    fn();
-    t.push_back(now_seconds() - t0);
-  }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
 }
 
 // Seconds of one layer's element-wise work on `rows` tokens, in the engine's order.
@@ -131,51 +116,58 @@ double elementwise_seconds(const model::ModelConfig& c, bool bf16, int64_t rows,
       kernels::scatter_add_rows(y.data<float>(), g.token.data() + r0, g.weight.data() + r0, n, H, h.data());
     }
   };
-  return median_time(reps, layer);
+  return best_seconds(reps, layer);
 }
 
-// The GEMMs of one layer on one block of `rows` tokens, in the engine's order and shapes:
-// q/k/v, o, router, and for an MoE the experts a block feeds (up to 8, each with rows·k/E
-// rows and its own weights, so they stream from memory as in a run). GFLOP/s over the layer.
-double layer_gemm_gflops(const model::ModelConfig& c, kernels::ComputeType ct, int64_t rows, int reps) {
-  const int64_t H = c.hidden_size, D = c.head_dim, qw = c.num_heads * D, kvw = c.num_kv_heads * D;
-  const int64_t I = c.intermediate_size;
-  struct Call {
-    kernels::Linear lin;
-    int64_t m;
-  };
-  std::vector<Call> calls;
-  uint32_t seed = 31;
-  auto add = [&](int64_t out, int64_t in, int64_t m) {
-    const std::vector<float> w = random_floats(size_t(out * in), seed++);
-    calls.push_back({kernels::Linear(w.data(), DType::F32, kernels::WeightLayout::OutIn, out, in, nullptr, ct), m});
-  };
-  add(qw + 2 * kvw, H, rows);
-  add(H, qw, rows);
-  if (c.is_moe()) {
-    add(c.num_experts, H, rows);
-    const int64_t m = std::max<int64_t>(1, rows * c.experts_per_token / c.num_experts);
-    for (int64_t e = 0; e < std::min<int64_t>(c.num_experts, 8); ++e) {
-      add(2 * I, H, m);
-      add(H, I, m);
-    }
-  } else {
-    add(2 * I, H, rows);
-    add(H, I, rows);
+// Seconds per layer of the token-local work (everything but attention) of the model's own
+// first layers, loaded as `slope run` loads them, through decoder_layer_forward on one rank
+// over one block of `rows` random tokens: GEMMs and element-wise kernels as they interleave in
+// a run, with the routing real hidden states give (random activations route differently and
+// ran the MoE 8% faster than a run).
+double real_layer_seconds(const std::string& model_dir, kernels::ComputeType ct, int64_t rows, int reps) {
+  model::LoadOptions lo;
+  lo.compute = ct;
+  lo.last_layer = 2;
+  lo.load_head = false;
+  std::unique_ptr<model::Model> m;
+  try {
+    const model::ModelConfig probe = model::load_config(model_dir);
+    // Up to 4 layers (both attention kinds of an alternating model), at most ~2 GB of weights.
+    model::ModelConfig bf16 = probe;
+    bf16.mxfp4_experts = false;  // the engine holds experts in bf16
+    const double layer_bytes = planner::weight_bytes(bf16).per_layer();
+    lo.last_layer = int(std::clamp<int64_t>(int64_t(2e9 / layer_bytes), 1, std::min<int64_t>(4, probe.num_layers)));
+    m = model::Model::load(model_dir, lo);
+  } catch (const Error& e) {
+    fail("--model '", model_dir, "': the engine calibration runs the model's own layers, so it needs the "
+         "weights, not only config.json (slope make-model writes a model of any preset): ", e.what());
   }
-  int64_t max_in = 0, max_out = 0;
-  double flops = 0;
-  for (const Call& call : calls) {
-    max_in = std::max(max_in, call.m * call.lin.in_features());
-    max_out = std::max(max_out, call.m * call.lin.out_features());
-    flops += 2.0 * double(call.m) * double(call.lin.in_features()) * double(call.lin.out_features());
+  const model::ModelConfig& c = m->config();
+  model::PhaseTimes times;
+  model::LayerContext ctx = m->layer_context(rows, &times);
+  model::LayerBuffers buffers;
+  ctx.buffers = &buffers;
+  model::LocalAttention runner;
+  const model::SequenceShard shard = model::SequenceShard::whole(rows);
+  // The residual stream of random tokens, as a run starts it (routing then spreads tokens over
+  // the experts as it does in a run).
+  std::vector<float> h0(size_t(rows * c.hidden_size));
+  std::vector<int32_t> ids(static_cast<size_t>(rows));
+  std::mt19937 rng{52};
+  for (auto& id : ids) id = int32_t(rng() % uint32_t(c.vocab_size));
+  m->embed(ids.data(), rows, h0.data());
+  std::vector<float> h(h0.size()), k(size_t(rows * c.num_kv_heads * c.head_dim)), v(k.size());
+  const int layers = m->last_layer() - m->first_layer();
+  double best = 0;
+  for (int i = 0; i <= reps; ++i) {  // the first run warms up; the fastest of the rest is kept
+    std::copy(h0.begin(), h0.end(), h.begin());
+    const double attn0 = times.attention, t0 = now_seconds();
+    for (int l = m->first_layer(); l < m->last_layer(); ++l)
+      model::decoder_layer_forward(ctx, l, m->layer(l), h.data(), shard, runner, k.data(), v.data(), 0, shard);
+    const double t = (now_seconds() - t0 - (times.attention - attn0)) / layers;
+    if (i == 1 || (i > 1 && t < best)) best = t;
   }
-  const std::vector<float> x = random_floats(size_t(max_in), 41);
-  std::vector<float> y(static_cast<size_t>(max_out));
-  const double s = median_time(reps, [&] {
-    for (const Call& call : calls) call.lin.forward(x.data(), call.m, y.data());
-  });
-  return flops / s / 1e9;
+  return best;
 }
 
 // Causal self-attention at the model's head shape, GFLOP/s of exact pairs.
@@ -186,7 +178,7 @@ double attention_gflops_at(const model::ModelConfig& c, int64_t n, int reps) {
                            v = random_floats(size_t(n * c.num_kv_heads * c.head_dim), 23);
   std::vector<float> out(q.size()), lse(size_t(n * c.num_heads));
   const kernels::AttentionMask mask{true, 0};
-  const double s = median_time(reps, [&] {
+  const double s = best_seconds(reps, [&] {
     kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask,
                              float(c.attention_scale()), nullptr, out.data(), lse.data());
   });
@@ -197,7 +189,7 @@ double attention_gflops_at(const model::ModelConfig& c, int64_t n, int reps) {
 // a buffer the process has not used before costs (the K/V cache of a prefill).
 double zero_fill_gbs(int reps) {
   const size_t bytes = size_t(128) << 20;
-  return double(bytes) / median_time(reps, [&] {
+  return double(bytes) / best_seconds(reps, [&] {
            void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
            SLOPE_CHECK(p != MAP_FAILED, "calibrate: cannot map 128 MiB for the zero-fill measurement");
            std::memset(p, 0, bytes);
@@ -226,15 +218,22 @@ EngineFigures measure_engine(const model::ModelConfig& cfg, const EngineOptions&
   f.compute_dtype = opt.compute_dtype;
 
   world.barrier();
-  f.layer_gemm_gflops = layer_gemm_gflops(
-      cfg, f.compute_dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32, opt.block_rows,
-      std::max(3, opt.reps));
-
-  world.barrier();
   const double t_ew = elementwise_seconds(cfg, f.compute_dtype == "bf16", opt.block_rows, std::max(3, opt.reps));
   f.elementwise_bytes_per_token =
       planner::elementwise_bytes_per_token(cfg, 1, f.compute_dtype, /*unfused=*/true);
   f.elementwise_gbs = f.elementwise_bytes_per_token * double(opt.block_rows) / t_ew / 1e9;
+
+  // The GEMM rate: a real layer's token-local time less its element-wise part, against the
+  // layer's GEMM FLOPs. What the engine loses between kernels (thread wake-ups, cold inputs,
+  // primitive look-ups) lands here, at the rate the model prices GEMMs with.
+  world.barrier();
+  const double t_layer = real_layer_seconds(
+      opt.model_dir, f.compute_dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32,
+      opt.block_rows, std::max(3, opt.reps));
+  f.layer_seconds = t_layer;
+  f.elementwise_seconds = t_ew;
+  const double gemm_flops = planner::linear_flops_per_token_layer(cfg) * double(opt.block_rows);
+  f.layer_gemm_gflops = gemm_flops / std::max(t_layer - t_ew, 0.5 * t_layer) / 1e9;
 
   world.barrier();
   f.zero_fill_gbs = zero_fill_gbs(std::max(3, opt.reps));
@@ -242,9 +241,11 @@ EngineFigures measure_engine(const model::ModelConfig& cfg, const EngineOptions&
   f.attention_kv_heads = cfg.num_kv_heads;
   for (int64_t n = 1024; n <= opt.attention_max_tokens; n *= 2) {
     world.barrier();
-    // Long calls are timed once (32K at the bench shape is ~15 s on 2 threads).
-    const int reps = n <= 8192 ? std::max(1, opt.reps / 2) : 0;
-    f.attention_curve.push_back({n, attention_gflops_at(cfg, n, reps)});
+    // Long calls (32K at the bench shape: ~15 s on 2 threads) are timed twice without a
+    // warm-up and the faster kept.
+    const double gf = n <= 8192 ? attention_gflops_at(cfg, n, std::max(1, opt.reps / 2))
+                                : std::max(attention_gflops_at(cfg, n, 0), attention_gflops_at(cfg, n, 0));
+    f.attention_curve.push_back({n, gf});
   }
   world.barrier();
   return f;

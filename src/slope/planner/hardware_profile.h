@@ -84,9 +84,9 @@ struct EngineSpec {
   // Attention rate against context length for full (causal) layers: GFLOP/s in exact pairs
   // of a causal self-attention of `tokens` tokens with `attention_curve_kv_heads` KV heads
   // (the engine's kernel at the model's head shape). The kernel slows down as the K/V it
-  // streams outgrows the caches and TLB, so the model reads the rate at the K/V footprint of
-  // each call (keys x KV heads of the rank), log-interpolated, clamped at the ends. Empty:
-  // the single calibrated rate.
+  // streams per head outgrows the caches and TLB, so the model reads the rate at the number
+  // of keys of each call, log-interpolated, clamped at the ends (the KV heads say at which
+  // shape the curve was measured). Empty: the single calibrated rate.
   std::vector<std::pair<int64_t, double>> attention_curve;
   int64_t attention_curve_kv_heads = 0;
   // Fixed cost of one MPI message or collective call beyond the link latency, e.g. progress
