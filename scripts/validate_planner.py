@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Validate the cost model against measured TTFT on this machine (issue 5, "Validation").
 
-Reads `slope run --json` lines from bench-results/e2e.jsonl (one rank, scripts/bench_e2e.sh) and
-bench-results/scaling.jsonl (scripts/bench_scaling.sh: 1x1, 1x2, u2, r2, pp2, tp2; u2r2 when
-measured), predicts every (configuration, length) point with `slope plan --predict` from the
+Reads `slope run --json` lines from scripts/bench_scaling.sh (default: the committed
+measurements, docs/data/planner-validation.jsonl: 1x1, 1x2, u2, r2, pp2, tp2, u2r2) and
+optionally scripts/bench_e2e.sh (--e2e), predicts every (configuration, length) point with `slope plan --predict` from the
 calibrated profile of that rank layout, and prints a markdown table: configuration, tokens,
 measured TTFT, predicted TTFT, relative error (predicted / measured - 1), the two largest
 predicted phases, then the median and maximum |relative error|.
@@ -14,7 +14,7 @@ with the reason); a point whose peak probes (before / after, e2e only) differ by
 is flagged.
 
 Usage: scripts/validate_planner.py [--slope build/release/slope] [--profiles-dir profiles]
-         [--e2e bench-results/e2e.jsonl] [--scaling bench-results/scaling.jsonl]
+         [--e2e bench-results/e2e.jsonl] [--scaling docs/data/planner-validation.jsonl]
          [--model models/bench-gpt-oss-bf16] [--no-engine-spec] [--json OUT] [--exclude ...]
 """
 import argparse
@@ -86,8 +86,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--slope", default=None, help="slope binary (default: build/release/slope)")
     ap.add_argument("--profiles-dir", default="profiles")
-    ap.add_argument("--e2e", default="bench-results/e2e.jsonl")
-    ap.add_argument("--scaling", default="bench-results/scaling.jsonl")
+    ap.add_argument("--e2e", default="", help="scripts/bench_e2e.sh lines (one rank), if any")
+    ap.add_argument("--scaling", default="docs/data/planner-validation.jsonl")
     ap.add_argument("--extra", action="append", default=[], help="more slope run --json files (e.g. u2r2 runs)")
     ap.add_argument("--model", default="models/bench-gpt-oss-bf16")
     ap.add_argument("--dtypes", default="bf16", help="dtypes to validate, comma-separated (bf16,f32)")
@@ -99,7 +99,7 @@ def main():
     a = ap.parse_args()
     slope = a.slope or "build/release/slope"
 
-    runs = [dict(j, _source="e2e") for j in load(a.e2e, e2e_config)] + \
+    runs = [dict(j, _source="e2e") for j in (load(a.e2e, e2e_config) if a.e2e else [])] + \
         [dict(j, _source="scaling") for j in load(a.scaling)]
     for f in a.extra:
         runs += [dict(j, _source="extra") for j in load(f, lambda j: "extra")]
