@@ -3,8 +3,6 @@
 // uses it; bad input exits non-zero with a message that says what to fix.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -13,31 +11,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../run_slope.h"
 #include "slope/planner/hardware_profile.h"
 
 namespace {
 
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  const std::string root = std::string(SLOPE_REFERENCE_DIR) + "/../..";
-  const std::string cmd = "cd " + root + " && " + SLOPE_BINARY + " " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
+using slope::testing::run_slope;
 
 TEST(CliCalibrate, EngineObjectAtTheModelsShapes) {
   const auto out = std::filesystem::temp_directory_path() / ("slope_calibrate_" + std::to_string(getpid()) + ".json");
   const std::string model = "tests/reference/fixtures/gpt_oss/model";
-  Result r = run("calibrate --out " + out.string() + " --threads 1 --reps 1 --model " + model +
+  auto r = run_slope("calibrate --out " + out.string() + " --threads 1 --reps 1 --model " + model +
                  " --block-rows 64 --attention-max-tokens 2048 --fp32-peak-per-thread 1000 --bf16-peak-per-thread 2000");
   ASSERT_EQ(r.code, 0) << r.out;
   const slope::planner::HardwareProfile p = slope::planner::load_profile(out.string());
@@ -57,7 +41,7 @@ TEST(CliCalibrate, EngineObjectAtTheModelsShapes) {
   const double eff = p.device.matmul.at("bf16").efficiency;
   EXPECT_GT(eff, 0);
   EXPECT_LE(eff, 1);
-  Result pr = run("plan --predict --model " + model + " --hardware " + out.string() + " --mesh 1,1,1,1 --context 4096");
+  auto pr = run_slope("plan --predict --model " + model + " --hardware " + out.string() + " --mesh 1,1,1,1 --context 4096");
   EXPECT_EQ(pr.code, 0) << pr.out;
   EXPECT_NE(pr.out.find("elementwise"), std::string::npos) << pr.out;
   std::filesystem::remove(out);
@@ -73,7 +57,7 @@ TEST(CliCalibrate, BadInputSaysWhatToFix) {
       {"calibrate " + out + " --model configs/gpt-oss-20b --attention-max-tokens 100", "--attention-max-tokens must be at least 1024"},
   };
   for (const Case& c : cases) {
-    Result r = run(c.args);
+    auto r = run_slope(c.args);
     EXPECT_NE(r.code, 0) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }

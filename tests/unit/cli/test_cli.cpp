@@ -8,6 +8,7 @@
 #include <fstream>
 #include <string>
 
+#include "../run_slope.h"
 #include "slope/engine/distributed.h"
 #include "slope/model/safetensors.h"
 
@@ -16,20 +17,8 @@ using namespace slope;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-Result sh(const std::string& cmd) {
-  Result r{0, ""};
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), int(buf.size()), p)) r.output += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
-}
+// Runs a shell command; stdout and stderr together in .out.
+slope::testing::CommandResult sh(const std::string& cmd) { return slope::testing::run_command(cmd); }
 
 const std::string kSlope = SLOPE_BINARY;
 const std::string kModel = std::string(SLOPE_REFERENCE_DIR) + "/fixtures/gpt_oss/model";
@@ -47,45 +36,45 @@ void write_file(const fs::path& p, const std::string& text) { std::ofstream(p) <
 TEST(Cli, TokenIdOutsideVocabulary) {
   fs::path d = temp_dir("vocab");
   write_file(d / "t.txt", "1 2 3 512 4");  // the tiny model's vocabulary is 512
-  Result r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
+  auto r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("token id 512 at position 3 is outside the vocabulary [0, 512)"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("token id 512 at position 3 is outside the vocabulary [0, 512)"), std::string::npos) << r.out;
 }
 
 TEST(Cli, NegativeTokenId) {
   fs::path d = temp_dir("neg");
   write_file(d / "t.txt", "5,-1");
-  Result r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
+  auto r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("token id -1"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("token id -1"), std::string::npos) << r.out;
 }
 
 TEST(Cli, EmptyPrompt) {
   fs::path d = temp_dir("empty");
   write_file(d / "t.txt", "  \n");
-  Result r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
+  auto r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("prompt is empty"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("prompt is empty"), std::string::npos) << r.out;
 }
 
 TEST(Cli, NotATokenFile) {
   fs::path d = temp_dir("garbage");
   write_file(d / "t.txt", "1 2 three");
-  Result r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
+  auto r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "t.txt").string());
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("is not an integer token id"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("is not an integer token id"), std::string::npos) << r.out;
 }
 
 TEST(Cli, PromptLongerThanMaxPositions) {
-  Result r = sh(kSlope + " run --model " + kModel + " --random-tokens 5000");  // max 4096
+  auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 5000");  // max 4096
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("more than the model's max_position_embeddings (4096)"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("more than the model's max_position_embeddings (4096)"), std::string::npos) << r.out;
 }
 
 TEST(Cli, MissingModelDirectory) {
-  Result r = sh(kSlope + " run --model /nonexistent/model --random-tokens 4");
+  auto r = sh(kSlope + " run --model /nonexistent/model --random-tokens 4");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("/nonexistent/model"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("/nonexistent/model"), std::string::npos) << r.out;
 }
 
 TEST(Cli, BadFlagValues) {
@@ -95,19 +84,19 @@ TEST(Cli, BadFlagValues) {
 }
 
 TEST(Cli, MeshNeedsMatchingRankCount) {
-  Result r = sh(kSlope + " run --model " + kModel + " --random-tokens 8 --ulysses 2 --ring 2");
+  auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 8 --ulysses 2 --ring 2");
   EXPECT_NE(r.code, 0);
-  EXPECT_NE(r.output.find("needs 4 ranks"), std::string::npos) << r.output;
+  EXPECT_NE(r.out.find("needs 4 ranks"), std::string::npos) << r.out;
 }
 
 TEST(Cli, JsonOutputAndLogits) {
   fs::path d = temp_dir("json");
-  Result r = sh(kSlope + " run --model " + kModel + " --random-tokens 40 --seed 3 --json --logits-out " +
+  auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 40 --seed 3 --json --logits-out " +
                 (d / "logits.bin").string());
-  ASSERT_EQ(r.code, 0) << r.output;
+  ASSERT_EQ(r.code, 0) << r.out;
   for (const char* key : {"\"first_token\"", "\"top_logprobs\"", "\"num_tokens\":40", "\"ttft_ms\"",
                           "\"phases\"", "\"peak_memory_bytes\""})
-    EXPECT_NE(r.output.find(key), std::string::npos) << key << " in " << r.output;
+    EXPECT_NE(r.out.find(key), std::string::npos) << key << " in " << r.out;
   EXPECT_EQ(fs::file_size(d / "logits.bin"), 512u * sizeof(float));
 }
 
@@ -115,12 +104,12 @@ TEST(Cli, JsonOutputAndLogits) {
 TEST(Cli, ContextParallelKvMergeEqualsOneRank) {
   fs::path d = temp_dir("kvmerge");
   const std::string common = " run --model " + kModel + " --random-tokens 77 --seed 5 --kv-out ";
-  Result one = sh(kSlope + common + (d / "one").string());
-  ASSERT_EQ(one.code, 0) << one.output;
-  Result cp = sh(kMpirun + "-np 4 " + kSlope + common + (d / "cp").string() + " --ulysses 2 --ring 2");
-  ASSERT_EQ(cp.code, 0) << cp.output;
-  Result merge = sh(kSlope + " kv-merge --dir " + (d / "cp").string() + " --out " + (d / "merged.safetensors").string());
-  ASSERT_EQ(merge.code, 0) << merge.output;
+  auto one = sh(kSlope + common + (d / "one").string());
+  ASSERT_EQ(one.code, 0) << one.out;
+  auto cp = sh(kMpirun + "-np 4 " + kSlope + common + (d / "cp").string() + " --ulysses 2 --ring 2");
+  ASSERT_EQ(cp.code, 0) << cp.out;
+  auto merge = sh(kSlope + " kv-merge --dir " + (d / "cp").string() + " --out " + (d / "merged.safetensors").string());
+  ASSERT_EQ(merge.code, 0) << merge.out;
   model::SafetensorsFile a((d / "one" / "kv.rank0-of-1.safetensors").string());
   model::SafetensorsFile b((d / "merged.safetensors").string());
   int compared = 0;
@@ -136,13 +125,13 @@ TEST(Cli, ContextParallelKvMergeEqualsOneRank) {
 
 TEST(Cli, KvMergeRejectsIncompleteShards) {
   fs::path d = temp_dir("kvbad");
-  Result cp = sh(kMpirun + "-np 2 " + kSlope + " run --model " + kModel +
+  auto cp = sh(kMpirun + "-np 2 " + kSlope + " run --model " + kModel +
                  " --random-tokens 30 --ring 2 --kv-out " + d.string());
-  ASSERT_EQ(cp.code, 0) << cp.output;
-  Result merge = sh(kSlope + " kv-merge " + (d / "kv.rank0-of-2.safetensors").string() + " --out " +
+  ASSERT_EQ(cp.code, 0) << cp.out;
+  auto merge = sh(kSlope + " kv-merge " + (d / "kv.rank0-of-2.safetensors").string() + " --out " +
                     (d / "m.safetensors").string());
   EXPECT_NE(merge.code, 0);
-  EXPECT_NE(merge.output.find("is in no shard"), std::string::npos) << merge.output;
+  EXPECT_NE(merge.out.find("is in no shard"), std::string::npos) << merge.out;
 }
 
 }  // namespace

@@ -11,27 +11,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../run_slope.h"
+
 namespace {
 
-struct Result {
-  int code;
-  std::string out;  // stdout, and stderr too when asked for
-};
-
-Result run(const std::string& args, bool with_stderr) {
-  const std::string root = std::string(SLOPE_REFERENCE_DIR) + "/../..";
-  const std::string cmd = "cd " + root + " && " + SLOPE_BINARY + " plan " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
+// `slope plan ARGS`.
+slope::testing::CommandResult run(const std::string& args, bool with_stderr) {
+  return slope::testing::run_slope("plan " + args, with_stderr);
 }
 
 TEST(CliPlan, JsonOnShippedProfileMeetsTheSlo) {
-  Result r = run("--model configs/gpt-oss-120b/config.json --hardware profiles/mi250-gcd.json --nodes 4 "
+  auto r = run("--model configs/gpt-oss-120b/config.json --hardware profiles/mi250-gcd.json --nodes 4 "
                  "--devices-per-node 8 --context 32k,64k,100000 --ttft-slo 2 --json",
                  false);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -52,7 +42,7 @@ TEST(CliPlan, JsonOnShippedProfileMeetsTheSlo) {
 
 TEST(CliPlan, TextAndCurves) {
   const auto csv = std::filesystem::temp_directory_path() / ("slope_plan_curves_" + std::to_string(getpid()) + ".csv");
-  Result r = run("--model configs/gpt-oss-120b --hardware mi250-gcd --nodes 4 --context 32k --ttft-slo 0.05 "
+  auto r = run("--model configs/gpt-oss-120b --hardware mi250-gcd --nodes 4 --context 32k --ttft-slo 0.05 "
                  "--curve-out " + csv.string(), true);
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("no deployment meets the 0.050 s SLO; the best reachable TTFT is"), std::string::npos) << r.out;
@@ -76,7 +66,7 @@ TEST(CliPlan, BadInputSaysWhatToFix) {
        "--ttft-slo must be a positive number"},
   };
   for (const Case& c : cases) {
-    Result r = run(c.args, true);
+    auto r = run(c.args, true);
     EXPECT_NE(r.code, 0) << c.args;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
   }

@@ -12,23 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../run_slope.h"
+
 namespace {
 
-struct Result {
-  int code;
-  std::string out;
-};
-
-Result run(const std::string& args) {
-  const std::string root = std::string(SLOPE_REFERENCE_DIR) + "/../..";
-  const std::string cmd = "cd " + root + " && " + SLOPE_BINARY + " plan --predict " + args + " 2>&1";
-  Result r{0, ""};
-  FILE* p = popen(cmd.c_str(), "r");
-  std::array<char, 4096> buf;
-  while (fgets(buf.data(), int(buf.size()), p)) r.out += buf.data();
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128;
-  return r;
+// `slope plan --predict ARGS`.
+slope::testing::CommandResult run(const std::string& args) {
+  return slope::testing::run_slope("plan --predict " + args);
 }
 
 class CliPredict : public ::testing::Test {
@@ -39,7 +29,7 @@ class CliPredict : public ::testing::Test {
 };
 
 TEST_F(CliPredict, JsonPerLengthWithPhases) {
-  Result r = run("--model configs/gpt-oss-120b --hardware mi250-gcd --mesh 1,16,1,2 --context 32k,100000 --json");
+  auto r = run("--model configs/gpt-oss-120b --hardware mi250-gcd --mesh 1,16,1,2 --context 32k,100000 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   std::string line;
   std::vector<nlohmann::json> js;
@@ -62,25 +52,25 @@ TEST_F(CliPredict, JsonPerLengthWithPhases) {
 TEST_F(CliPredict, PipelineChunkDefaultsToTheEngines) {
   // P = 2 at 4096 tokens: max(256, ceil(4096 / 8)) = 512 tokens, 8 chunks; an explicit 0 is
   // the whole prompt.
-  Result r = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,1,2,1 --context 4096 --json");
+  auto r = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,1,2,1 --context 4096 --json");
   ASSERT_EQ(r.code, 0) << r.out;
   nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["mesh"]["chunk"].get<int64_t>(), 512);
   EXPECT_EQ(j["chunks"].get<int64_t>(), 8);
-  Result whole = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,1,2,1,0 --context 4096 --json");
+  auto whole = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,1,2,1,0 --context 4096 --json");
   ASSERT_EQ(whole.code, 0) << whole.out;
   EXPECT_EQ(nlohmann::json::parse(whole.out)["chunks"].get<int64_t>(), 1);
-  Result text = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,1,2,1 --context 4k");
+  auto text = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,1,2,1 --context 4k");
   ASSERT_EQ(text.code, 0) << text.out;
   EXPECT_NE(text.out.find("TTFT"), std::string::npos);
   EXPECT_NE(text.out.find("pipeline_fill"), std::string::npos);
 }
 
 TEST_F(CliPredict, BadMeshSaysWhatToWrite) {
-  Result r = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,2 --context 4096");
+  auto r = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 1,2 --context 4096");
   EXPECT_NE(r.code, 0);
   EXPECT_NE(r.out.find("U,R,P,TP"), std::string::npos) << r.out;
-  Result odd = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 3,1,1,1 --context 4096");
+  auto odd = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 3,1,1,1 --context 4096");
   EXPECT_NE(odd.code, 0);
   EXPECT_NE(odd.out.find("query heads"), std::string::npos) << odd.out;
 }
