@@ -198,11 +198,11 @@ int cmd_calibrate(int argc, char** argv) {
   SLOPE_CHECK(link == "intra" || link == "inter", "--link must be intra or inter, got '", link, "'");
   SLOPE_CHECK(reps >= 1, "--reps must be at least 1");
   eng_opt.reps = reps;
-  model::ModelConfig cfg;
+  // The model's layers load before anything is measured, so a bad --model fails at once.
+  std::unique_ptr<model::Model> layers;
   if (!model_path.empty()) {
     check_engine_options(eng_opt);
-    cfg = model::load_config(model_path);
-    eng_opt.model_dir = model_path;
+    layers = load_calibration_layers(model_path, eng_opt.compute_dtype);
   }
   parallel::MpiRuntime mpi(&argc, &argv);
   auto world = mpi.world();
@@ -259,7 +259,7 @@ int cmd_calibrate(int argc, char** argv) {
   }
   EngineFigures ef;
   const bool engine = full && !model_path.empty();
-  if (engine) ef = measure_engine(cfg, eng_opt, *world);
+  if (engine) ef = measure_engine(*layers, eng_opt, *world);
   LinkFigures lf;
   if (P > 1) lf = measure_links(*world, reps);
   if (world->rank() != 0) return 0;
@@ -284,7 +284,7 @@ int cmd_calibrate(int argc, char** argv) {
       if (!j["node"].contains(key)) j["node"][key] = {{"bandwidth_gbs", 10.0}, {"latency_us", 5.0}};
     j["assumptions"].push_back("links not measured (one rank): run under mpirun -np 2 or more");
   }
-  if (engine) write_engine(j, ef, cfg, model_path, threads, P);
+  if (engine) write_engine(j, ef, layers->config(), model_path, threads, P);
   std::ofstream f(out);
   SLOPE_CHECK(f, "cannot write '", out, "'");
   f << j.dump(2) << "\n";

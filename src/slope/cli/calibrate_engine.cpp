@@ -124,24 +124,8 @@ double elementwise_seconds(const model::ModelConfig& c, bool bf16, int64_t rows,
 // over one block of `rows` random tokens: GEMMs and element-wise kernels as they interleave in
 // a run, with the routing real hidden states give (random activations route differently and
 // ran the MoE 8% faster than a run).
-double real_layer_seconds(const std::string& model_dir, kernels::ComputeType ct, int64_t rows, int reps) {
-  model::LoadOptions lo;
-  lo.compute = ct;
-  lo.last_layer = 2;
-  lo.load_head = false;
-  std::unique_ptr<model::Model> m;
-  try {
-    const model::ModelConfig probe = model::load_config(model_dir);
-    // Up to 4 layers (both attention kinds of an alternating model), at most ~2 GB of weights.
-    model::ModelConfig bf16 = probe;
-    bf16.mxfp4_experts = false;  // the engine holds experts in bf16
-    const double layer_bytes = planner::weight_bytes(bf16).per_layer();
-    lo.last_layer = int(std::clamp<int64_t>(int64_t(2e9 / layer_bytes), 1, std::min<int64_t>(4, probe.num_layers)));
-    m = model::Model::load(model_dir, lo);
-  } catch (const Error& e) {
-    fail("--model '", model_dir, "': the engine calibration runs the model's own layers, so it needs the "
-         "weights, not only config.json (slope make-model writes a model of any preset): ", e.what());
-  }
+double real_layer_seconds(const model::Model& model, int64_t rows, int reps) {
+  const model::Model* m = &model;
   const model::ModelConfig& c = m->config();
   model::PhaseTimes times;
   model::LayerContext ctx = m->layer_context(rows, &times);
@@ -200,6 +184,24 @@ double zero_fill_gbs(int reps) {
 
 }  // namespace
 
+std::unique_ptr<model::Model> load_calibration_layers(const std::string& model_dir, const std::string& compute_dtype) {
+  model::LoadOptions lo;
+  lo.compute = compute_dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
+  lo.load_head = false;
+  try {
+    const model::ModelConfig probe = model::load_config(model_dir);
+    // Up to 4 layers (both attention kinds of an alternating model), at most ~2 GB of weights.
+    model::ModelConfig bf16 = probe;
+    bf16.mxfp4_experts = false;  // the engine holds experts in bf16
+    const double layer_bytes = planner::weight_bytes(bf16).per_layer();
+    lo.last_layer = int(std::clamp<int64_t>(int64_t(2e9 / layer_bytes), 1, std::min<int64_t>(4, probe.num_layers)));
+    return model::Model::load(model_dir, lo);
+  } catch (const Error& e) {
+    fail("--model '", model_dir, "': the engine calibration runs the model's own layers, so it needs the "
+         "weights, not only config.json (slope make-model writes a model of any preset): ", e.what());
+  }
+}
+
 void check_engine_options(const EngineOptions& opt) {
   SLOPE_CHECK(opt.compute_dtype == "fp32" || opt.compute_dtype == "bf16", "--dtype must be fp32 or bf16, got '",
               opt.compute_dtype, "'");
@@ -208,8 +210,9 @@ void check_engine_options(const EngineOptions& opt) {
               opt.attention_max_tokens);
 }
 
-EngineFigures measure_engine(const model::ModelConfig& cfg, const EngineOptions& opt, parallel::Communicator& world) {
+EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt, parallel::Communicator& world) {
   check_engine_options(opt);
+  const model::ModelConfig& cfg = model.config();
   EngineFigures f;
   f.block_rows = opt.block_rows;
   f.attention_block_q = kernels::kAttentionBlockQ;
@@ -227,9 +230,7 @@ EngineFigures measure_engine(const model::ModelConfig& cfg, const EngineOptions&
   // layer's GEMM FLOPs. What the engine loses between kernels (thread wake-ups, cold inputs,
   // primitive look-ups) lands here, at the rate the model prices GEMMs with.
   world.barrier();
-  const double t_layer = real_layer_seconds(
-      opt.model_dir, f.compute_dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32,
-      opt.block_rows, std::max(3, opt.reps));
+  const double t_layer = real_layer_seconds(model, opt.block_rows, std::max(3, opt.reps));
   f.layer_seconds = t_layer;
   f.elementwise_seconds = t_ew;
   const double gemm_flops = planner::linear_flops_per_token_layer(cfg) * double(opt.block_rows);

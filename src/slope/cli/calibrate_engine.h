@@ -9,7 +9,10 @@
 #include <vector>
 
 #include "slope/core/sys.h"
+#include <memory>
+
 #include "slope/model/config.h"
+#include "slope/model/model.h"
 #include "slope/parallel/comm.h"
 
 namespace slope::cli {
@@ -31,7 +34,6 @@ double best_seconds(int reps, F&& fn) {
 }
 
 struct EngineOptions {
-  std::string model_dir;               // a model with weights (its first layers are run)
   std::string compute_dtype = "bf16";  // GEMM dtype the engine runs (slope run --dtype)
   int64_t block_rows = 1024;           // slope run --chunk
   int64_t attention_max_tokens = 32768;
@@ -56,8 +58,12 @@ struct EngineFigures {
 // Throws naming the flag when an option is out of range.
 void check_engine_options(const EngineOptions& opt);
 
+// The model's first layers (up to 4, at most ~2 GB of weights) as `slope run` loads them for
+// `compute_dtype`; throws naming the fix when the directory has no weights.
+std::unique_ptr<model::Model> load_calibration_layers(const std::string& model_dir, const std::string& compute_dtype);
+
 // Every rank of `world` measures at the same time (as ranks run in a prefill); each returns
-// its own figures.
-EngineFigures measure_engine(const model::ModelConfig& cfg, const EngineOptions& opt, parallel::Communicator& world);
+// its own figures. `model` from load_calibration_layers.
+EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt, parallel::Communicator& world);
 
 }  // namespace slope::cli

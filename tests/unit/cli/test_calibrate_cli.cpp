@@ -55,6 +55,7 @@ TEST(CliCalibrate, BadInputSaysWhatToFix) {
       {"calibrate " + out + " --model configs/gpt-oss-20b --dtype fp16", "--dtype must be fp32 or bf16"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --block-rows 0", "--block-rows must be at least 1"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --attention-max-tokens 100", "--attention-max-tokens must be at least 1024"},
+      {"calibrate " + out + " --model configs/gpt-oss-20b", "needs the weights, not only config.json"},
   };
   for (const Case& c : cases) {
     auto r = run_slope(c.args);
