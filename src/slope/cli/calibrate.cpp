@@ -9,7 +9,6 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <thread>
 #include <unistd.h>
 #include <vector>
@@ -20,39 +19,17 @@
 #include "slope/core/sys.h"
 #include "slope/kernels/attention.h"
 #include "slope/kernels/gemm.h"
-#include "slope/model/config.h"
 #include "slope/parallel/mpi_comm.h"
 
 namespace slope::cli {
 namespace {
 
-std::vector<float> random_vec(size_t n, uint64_t seed) {
-  std::mt19937 rng{uint32_t(seed)};
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
-
 double gemm_gflops(kernels::ComputeType ct, int64_t M, int64_t N, int64_t K, int reps) {
-  auto w = random_vec(size_t(N * K), 1), x = random_vec(size_t(M * K), 2);
+  auto w = random_floats(size_t(N * K), 1), x = random_floats(size_t(M * K), 2);
   std::vector<float> y(size_t(M * N));
   kernels::Linear lin(w.data(), DType::F32, kernels::WeightLayout::OutIn, N, K, nullptr, ct);
   const double s = best_seconds(reps, [&] { lin.forward(x.data(), M, y.data()); });
   return 2.0 * M * N * K / s / 1e9;
-}
-
-double attention_gflops(int64_t n, int reps) {
-  const kernels::AttentionShape shape{8, 2, 64};
-  auto q = random_vec(size_t(n * 8 * 64), 3), k = random_vec(size_t(n * 2 * 64), 4),
-       v = random_vec(size_t(n * 2 * 64), 5);
-  std::vector<float> out(q.size()), lse(size_t(n * 8));
-  const kernels::AttentionMask mask{true, 0};
-  const double s = best_seconds(reps, [&] {
-    kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask, 0.125f,
-                             nullptr, out.data(), lse.data());
-  });
-  return kernels::attention_flops(n, 0, n, 0, shape, mask) / s / 1e9;
 }
 
 // Triad a = b + s·c over arrays far larger than the caches; counts 3 arrays of traffic.
@@ -129,10 +106,10 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
                  {"gemm_rows", f.block_rows},
                  {"unfused_elementwise", true},
                  {"elementwise_gbs", f.elementwise_gbs},
-                 {"attention_block_q", f.attention_block_q},
-                 {"attention_block_k", f.attention_block_k},
-                 {"attention_row_overhead", f.attention_row_overhead},
-                 {"attention_calibrated_tokens", 4096},
+                 {"attention_block_q", kernels::kAttentionBlockQ},
+                 {"attention_block_k", kernels::kAttentionBlockK},
+                 {"attention_row_overhead", kAttentionRowOverhead},
+                 {"attention_calibrated_tokens", kAttentionCalibratedTokens},
                  {"zero_fill_gbs", f.zero_fill_gbs},
                  {"attention_curve", curve},
                  {"attention_curve_kv_heads", f.attention_kv_heads}};
@@ -224,7 +201,7 @@ int cmd_calibrate(int argc, char** argv) {
     world->barrier();
     const double f32 = gemm_gflops(kernels::ComputeType::F32, 2048, 2048, 2048, reps);
     const double bf16 = gemm_gflops(kernels::ComputeType::BF16, 2048, 2048, 2048, reps);
-    const double attn = attention_gflops(4096, std::max(1, reps / 2));
+    const double attn = causal_attention_gflops({8, 2, 64}, kAttentionCalibratedTokens, std::max(1, reps / 2));
     const double mem = triad_gbs(reps);
     const double f32_peak = fp32_peak_per_thread * threads, bf16_peak = bf16_peak_per_thread * threads;
     j["schema"] = "slope-hardware-profile/1";

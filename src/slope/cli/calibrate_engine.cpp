@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <sys/mman.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <random>
@@ -34,18 +35,6 @@
 
 namespace slope::cli {
 namespace {
-
-// Key-equivalents of per-row work in flash_attention (softmax rescale, output update),
-// fitted to bench_attention's 1K and 16K causal points (docs/planner.md section 6).
-constexpr double kAttentionRowOverhead = 56;
-
-std::vector<float> random_floats(size_t n, uint32_t seed) {
-  std::mt19937 rng{seed};
-  std::uniform_real_distribution<float> d(-1.f, 1.f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(rng);
-  return v;
-}
 
 // Seconds of one layer's element-wise work on `rows` tokens, in the engine's order.
 double elementwise_seconds(const model::ModelConfig& c, bool bf16, int64_t rows, int reps) {
@@ -124,11 +113,10 @@ double elementwise_seconds(const model::ModelConfig& c, bool bf16, int64_t rows,
 // over one block of `rows` random tokens: GEMMs and element-wise kernels as they interleave in
 // a run, with the routing real hidden states give (random activations route differently and
 // ran the MoE 8% faster than a run).
-double real_layer_seconds(const model::Model& model, int64_t rows, int reps) {
-  const model::Model* m = &model;
-  const model::ModelConfig& c = m->config();
+double real_layer_seconds(const model::Model& m, int64_t rows, int reps) {
+  const model::ModelConfig& c = m.config();
   model::PhaseTimes times;
-  model::LayerContext ctx = m->layer_context(rows, &times);
+  model::LayerContext ctx = m.layer_context(rows, &times);
   model::LayerBuffers buffers;
   ctx.buffers = &buffers;
   model::LocalAttention runner;
@@ -139,34 +127,19 @@ double real_layer_seconds(const model::Model& model, int64_t rows, int reps) {
   std::vector<int32_t> ids(static_cast<size_t>(rows));
   std::mt19937 rng{52};
   for (auto& id : ids) id = int32_t(rng() % uint32_t(c.vocab_size));
-  m->embed(ids.data(), rows, h0.data());
+  m.embed(ids.data(), rows, h0.data());
   std::vector<float> h(h0.size()), k(size_t(rows * c.num_kv_heads * c.head_dim)), v(k.size());
-  const int layers = m->last_layer() - m->first_layer();
+  const int layers = m.last_layer() - m.first_layer();
   double best = 0;
   for (int i = 0; i <= reps; ++i) {  // the first run warms up; the fastest of the rest is kept
     std::copy(h0.begin(), h0.end(), h.begin());
     const double attn0 = times.attention, t0 = now_seconds();
-    for (int l = m->first_layer(); l < m->last_layer(); ++l)
-      model::decoder_layer_forward(ctx, l, m->layer(l), h.data(), shard, runner, k.data(), v.data(), 0, shard);
+    for (int l = m.first_layer(); l < m.last_layer(); ++l)
+      model::decoder_layer_forward(ctx, l, m.layer(l), h.data(), shard, runner, k.data(), v.data(), 0, shard);
     const double t = (now_seconds() - t0 - (times.attention - attn0)) / layers;
     if (i == 1 || (i > 1 && t < best)) best = t;
   }
   return best;
-}
-
-// Causal self-attention at the model's head shape, GFLOP/s of exact pairs.
-double attention_gflops_at(const model::ModelConfig& c, int64_t n, int reps) {
-  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
-  const std::vector<float> q = random_floats(size_t(n * c.num_heads * c.head_dim), 21),
-                           k = random_floats(size_t(n * c.num_kv_heads * c.head_dim), 22),
-                           v = random_floats(size_t(n * c.num_kv_heads * c.head_dim), 23);
-  std::vector<float> out(q.size()), lse(size_t(n * c.num_heads));
-  const kernels::AttentionMask mask{true, 0};
-  const double s = best_seconds(reps, [&] {
-    kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask,
-                             float(c.attention_scale()), nullptr, out.data(), lse.data());
-  });
-  return kernels::attention_flops(n, 0, n, 0, shape, mask) / s / 1e9;
 }
 
 // One thread writing zeros into fresh pages (first touch, page faults included), GB/s: what
@@ -183,6 +156,27 @@ double zero_fill_gbs(int reps) {
 }
 
 }  // namespace
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng{seed};
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps) {
+  const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads, D = shape.head_dim;
+  const std::vector<float> q = random_floats(size_t(n * Hq * D), 21), k = random_floats(size_t(n * Hkv * D), 22),
+                           v = random_floats(size_t(n * Hkv * D), 23);
+  std::vector<float> out(q.size()), lse(size_t(n * Hq));
+  const kernels::AttentionMask mask{true, 0};
+  const double s = best_seconds(reps, [&] {
+    kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask, 1.f / std::sqrt(float(D)),
+                             nullptr, out.data(), lse.data());
+  });
+  return kernels::attention_flops(n, 0, n, 0, shape, mask) / s / 1e9;
+}
 
 std::unique_ptr<model::Model> load_calibration_layers(const std::string& model_dir, const std::string& compute_dtype) {
   model::LoadOptions lo;
@@ -211,13 +205,9 @@ void check_engine_options(const EngineOptions& opt) {
 }
 
 EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt, parallel::Communicator& world) {
-  check_engine_options(opt);
   const model::ModelConfig& cfg = model.config();
   EngineFigures f;
   f.block_rows = opt.block_rows;
-  f.attention_block_q = kernels::kAttentionBlockQ;
-  f.attention_block_k = kernels::kAttentionBlockK;
-  f.attention_row_overhead = kAttentionRowOverhead;
   f.compute_dtype = opt.compute_dtype;
 
   world.barrier();
@@ -240,12 +230,13 @@ EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt
   f.zero_fill_gbs = zero_fill_gbs(std::max(3, opt.reps));
 
   f.attention_kv_heads = cfg.num_kv_heads;
+  const kernels::AttentionShape shape{cfg.num_heads, cfg.num_kv_heads, cfg.head_dim};
   for (int64_t n = 1024; n <= opt.attention_max_tokens; n *= 2) {
     world.barrier();
     // Long calls (32K at the bench shape: ~15 s on 2 threads) are timed twice without a
     // warm-up and the faster kept.
-    const double gf = n <= 8192 ? attention_gflops_at(cfg, n, std::max(1, opt.reps / 2))
-                                : std::max(attention_gflops_at(cfg, n, 0), attention_gflops_at(cfg, n, 0));
+    const double gf = n <= 8192 ? causal_attention_gflops(shape, n, std::max(1, opt.reps / 2))
+                                : std::max(causal_attention_gflops(shape, n, 0), causal_attention_gflops(shape, n, 0));
     f.attention_curve.push_back({n, gf});
   }
   world.barrier();

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "slope/core/sys.h"
-#include <memory>
-
+#include "slope/kernels/attention.h"
 #include "slope/model/config.h"
 #include "slope/model/model.h"
 #include "slope/parallel/comm.h"
@@ -33,6 +33,19 @@ double best_seconds(int reps, F&& fn) {
   return best;
 }
 
+// n uniform floats in [-1, 1), the same for the same seed.
+std::vector<float> random_floats(size_t n, uint32_t seed);
+
+// GFLOP/s (exact pairs) of flash_attention on a causal self-attention of n tokens; the
+// fastest of `reps` runs after a warm-up (best_seconds).
+double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps);
+
+// Key-equivalents of per-row work in flash_attention (softmax rescale, output update),
+// fitted to bench_attention's 1K and 16K causal points (docs/planner.md section 6).
+inline constexpr double kAttentionRowOverhead = 56;
+// Length of the causal self-attention whose rate goes into the profile's device.attention.
+inline constexpr int64_t kAttentionCalibratedTokens = 4096;
+
 struct EngineOptions {
   std::string compute_dtype = "bf16";  // GEMM dtype the engine runs (slope run --dtype)
   int64_t block_rows = 1024;           // slope run --chunk
@@ -49,8 +62,6 @@ struct EngineFigures {
   double elementwise_bytes_per_token = 0;  // per layer, as the cost model counts them
   double elementwise_gbs = 0;
   double zero_fill_gbs = 0;
-  int64_t attention_block_q = 0, attention_block_k = 0;
-  double attention_row_overhead = 0;
   int64_t attention_kv_heads = 0;
   std::vector<std::pair<int64_t, double>> attention_curve;  // (tokens, GFLOP/s exact pairs)
 };
@@ -63,7 +74,7 @@ void check_engine_options(const EngineOptions& opt);
 std::unique_ptr<model::Model> load_calibration_layers(const std::string& model_dir, const std::string& compute_dtype);
 
 // Every rank of `world` measures at the same time (as ranks run in a prefill); each returns
-// its own figures. `model` from load_calibration_layers.
+// its own figures. `model` from load_calibration_layers, `opt` passed check_engine_options.
 EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt, parallel::Communicator& world);
 
 }  // namespace slope::cli

@@ -45,7 +45,6 @@ class Linear {
 
 // y[n] = x[n] rounded to bf16 (nearest even), over the threads: what a BF16 Linear does to its
 // input rows before the GEMM.
-void convert_to_bf16(const float* x, uint16_t* y, int64_t n);  // one thread
 void to_bf16(const float* x, uint16_t* y, int64_t n);
 
 // Plain f32 GEMM, C[M,N] = alpha · A[M,K] · B[K,N] (+ beta·C), row-major with leading dimensions.

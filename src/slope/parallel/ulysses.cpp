@@ -46,6 +46,22 @@ AlltoallPlan plan_alltoall(int U, SendCount send_count, RecvCount recv_count) {
   return p;
 }
 
+// Packs the send buffer of a head scatter: for each rank j at send[displs[j]], my q rows with
+// j's query heads [q_rows, nq_j, D], then my k and v rows with j's KV heads [kv_rows, nkv_j, D].
+void pack_heads(const std::vector<HeadSlice>& heads, const std::vector<int64_t>& displs, const float* q,
+                int64_t q_rows, const float* k, const float* v, int64_t kv_rows, int64_t Hq, int64_t Hkv,
+                int64_t D, float* send) {
+  for (size_t j = 0; j < heads.size(); ++j) {
+    const HeadSlice& h = heads[j];
+    float* dst = send + displs[j];
+    for (int64_t i = 0; i < q_rows; ++i, dst += h.nq * D)
+      std::memcpy(dst, q + (i * Hq + h.q0) * D, size_t(h.nq * D) * sizeof(float));
+    for (const float* src : {k, v})
+      for (int64_t i = 0; i < kv_rows; ++i, dst += h.nkv * D)
+        std::memcpy(dst, src + (i * Hkv + h.kv0) * D, size_t(h.nkv * D) * sizeof(float));
+  }
+}
+
 }  // namespace
 
 UlyssesExchange::UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
@@ -93,15 +109,7 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
                     [&](int j) { return rows_[j] * (mine.nq + 2 * mine.nkv) * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
-  for (int j = 0; j < U; ++j) {
-    const HeadSlice& h = heads_[j];
-    float* dst = send_.data() + sd[j];
-    for (int64_t i = 0; i < my_rows; ++i, dst += h.nq * D)
-      std::memcpy(dst, q + (i * Hq + h.q0) * D, size_t(h.nq * D) * sizeof(float));
-    for (const float* src : {k, v})
-      for (int64_t i = 0; i < my_rows; ++i, dst += h.nkv * D)
-        std::memcpy(dst, src + (i * Hkv + h.kv0) * D, size_t(h.nkv * D) * sizeof(float));
-  }
+  pack_heads(heads_, sd, q, my_rows, k, v, my_rows, Hq, Hkv, D, send_.data());
   stats.compute_seconds += now_seconds() - t0;
 
   t0 = now_seconds();
@@ -190,15 +198,7 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
                     [&](int j) { return (q_rows[j] * mine.nq + 2 * kv_rows[j] * mine.nkv) * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
-  for (int j = 0; j < U; ++j) {
-    const HeadSlice& h = heads_[j];
-    float* dst = send_.data() + sd[j];
-    for (int64_t i = 0; i < q_rows[me]; ++i, dst += h.nq * D)
-      std::memcpy(dst, q + (i * Hq + h.q0) * D, size_t(h.nq * D) * sizeof(float));
-    for (const float* src : {k, v})
-      for (int64_t i = 0; i < kv_rows[me]; ++i, dst += h.nkv * D)
-        std::memcpy(dst, src + (i * Hkv + h.kv0) * D, size_t(h.nkv * D) * sizeof(float));
-  }
+  pack_heads(heads_, sd, q, q_rows[me], k, v, kv_rows[me], Hq, Hkv, D, send_.data());
   stats.compute_seconds += now_seconds() - t0;
 
   t0 = now_seconds();

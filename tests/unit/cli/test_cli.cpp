@@ -2,8 +2,6 @@
 // and a context-parallel run's KV shards, merged by `slope kv-merge`, equal the one-rank KV.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>

@@ -2,8 +2,6 @@
 // meets the SLO; bad flags and files exit non-zero with a message that says what to fix.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 

@@ -3,12 +3,9 @@
 // Skipped when the slope binary has not been built.
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
-#include <sys/wait.h>
 
 #include <nlohmann/json.hpp>
 

@@ -106,8 +106,6 @@ PrimCache& prim_cache() {
   return c;
 }
 
-}  // namespace
-
 // f32 -> bf16, round to nearest even (as slope::f32_to_bf16 and torch's .to(bfloat16)).
 void convert_to_bf16(const float* x, uint16_t* y, int64_t n) {
   int64_t i = 0;
@@ -120,6 +118,8 @@ void convert_to_bf16(const float* x, uint16_t* y, int64_t n) {
 #endif
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
+
+}  // namespace
 
 void to_bf16(const float* x, uint16_t* y, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
