@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs SLOPE's build and test dependencies from Debian 12 packages (idempotent).
 set -euo pipefail
-pkgs=(cmake g++ make libgomp1 libdnnl-dev libopenmpi-dev openmpi-bin nlohmann-json3-dev
-      libcli11-dev libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev
+# libdnnl-dev's CMake config calls find_package(OpenCL) (Debian builds oneDNN with its OpenCL
+# runtime), but only *recommends* the packages that satisfy it; we install with
+# --no-install-recommends, so they are named here.
+pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
+      libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
+      libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev
       gnuplot-nox python3)
 missing=()
 for p in "${pkgs[@]}"; do
