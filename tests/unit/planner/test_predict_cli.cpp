@@ -1,11 +1,10 @@
 // `slope plan --predict`: one configuration's TTFT and phases from the cost model, as text and
 // JSON; the pipeline chunk defaults to the engine's; bad meshes exit non-zero with a message.
-// Skipped when the slope binary has not been built.
+// A missing slope binary fails every test (CMake builds it before this test binary).
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <string>
-
 
 #include <nlohmann/json.hpp>
 
@@ -21,7 +20,8 @@ slope::testing::CommandResult run(const std::string& args) {
 class CliPredict : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(SLOPE_BINARY)) GTEST_SKIP() << "slope binary not built: " << SLOPE_BINARY;
+    ASSERT_TRUE(std::filesystem::exists(SLOPE_BINARY))
+        << "the slope binary is missing: " << SLOPE_BINARY << "; build the `slope` target first";
   }
 };
 
