@@ -1,5 +1,6 @@
 #include "slope/parallel/mpi_comm.h"
 
+#include <algorithm>
 #include <exception>
 #include <limits>
 #include <thread>
@@ -180,6 +181,22 @@ int MpiRuntime::world_size() const {
   int n = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &n);
   return n;
+}
+
+int MpiRuntime::ranks_on_this_node() const {
+  // MPI-3's shared-memory split groups the ranks of one node, under any launcher (mpirun, srun,
+  // MPICH's hydra), where launcher-specific variables such as OMPI_COMM_WORLD_LOCAL_SIZE are not.
+  MPI_Comm node = MPI_COMM_NULL;
+  check_mpi(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+            "MPI_Comm_split_type");
+  int n = 1;
+  MPI_Comm_size(node, &n);
+  MPI_Comm_free(&node);
+  return n;
+}
+
+int MpiRuntime::default_threads_per_rank() const {
+  return std::max(1, int(std::thread::hardware_concurrency()) / ranks_on_this_node());
 }
 
 // ---- MpiCommunicator --------------------------------------------------------------------------

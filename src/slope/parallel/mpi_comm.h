@@ -38,6 +38,10 @@ class MpiRuntime {
   std::unique_ptr<Communicator> world(double timeout_seconds = kDefaultTimeoutSeconds) const;
   int world_rank() const;
   int world_size() const;
+  // Ranks of this job on this node (collective over all ranks).
+  int ranks_on_this_node() const;
+  // The node's cores shared evenly by its ranks, at least 1 (collective over all ranks).
+  int default_threads_per_rank() const;
   int thread_level() const { return provided_; }
 
  private:
