@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "slope/cli/calibrate_engine.h"
+#include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
@@ -149,10 +150,11 @@ int cmd_calibrate(int argc, char** argv) {
   std::string out, name = "this-machine", link = "intra";
   int threads = 0, reps = 5;
   double fp32_peak_per_thread = 224.0, bf16_peak_per_thread = 448.0;
-  CLI::App app{"Measure this machine into a hardware profile for `slope plan` and the cost model"};
+  CLI::App app{"Measure this machine into a hardware profile for `slope plan` and the cost model", "slope calibrate"};
+  setup_app(app);
   app.add_option("--out", out, "profile JSON to write (updated in place if it exists)")->required();
   app.add_option("--name", name, "profile name");
-  app.add_option("--threads", threads, "threads per rank (a 'device'); default cores / ranks");
+  app.add_option("--threads", threads, "threads per rank (a 'device'); 0: the node's cores shared by its ranks");
   app.add_option("--reps", reps, "repetitions per measurement (the fastest is kept)");
   app.add_option("--link", link, "which links the MPI figures describe: intra (inside a node) or inter (between nodes)");
   app.add_option("--fp32-peak-per-thread", fp32_peak_per_thread,
@@ -163,28 +165,31 @@ int cmd_calibrate(int argc, char** argv) {
   app.add_option("--model", model_path,
                  "model directory or config.json: also time the engine's element-wise kernels, attention "
                  "over lengths and zero fill at its shapes (the profile's \"engine\" object)");
-  app.add_option("--dtype", eng_opt.compute_dtype, "with --model: GEMM dtype the engine runs, fp32 or bf16");
+  std::string dtype = kDefaultComputeDtype;
+  app.add_option("--dtype", dtype, "with --model: GEMM dtype the engine runs, bf16 or f32 (slope run --dtype)");
   app.add_option("--block-rows", eng_opt.block_rows, "with --model: rows per block of token-local work (slope run --chunk)");
   app.add_option("--attention-max-tokens", eng_opt.attention_max_tokens,
                  "with --model: longest causal attention timed for the curve (doubling from 1024)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  SLOPE_CHECK(link == "intra" || link == "inter", "--link must be intra or inter, got '", link, "'");
-  SLOPE_CHECK(reps >= 1, "--reps must be at least 1");
-  eng_opt.reps = reps;
+  // MPI first, so that under mpirun one rank prints a mistake instead of every rank.
+  parallel::MpiRuntime mpi(&argc, &argv);
+  if (const int code = parse_args(app, argc, argv, "calibrate", mpi.world_rank() == 0); code >= 0) return code;
+  auto world = mpi.world();
   // The model's layers load before anything is measured, so a bad --model fails at once.
   std::unique_ptr<model::Model> layers;
-  if (!model_path.empty()) {
-    check_engine_options(eng_opt);
-    layers = load_calibration_layers(model_path, eng_opt.compute_dtype);
-  }
-  parallel::MpiRuntime mpi(&argc, &argv);
-  auto world = mpi.world();
+  const bool ok = on_every_rank(*world, "calibrate", [&] {
+    // The profile's keys name dtypes as the planner does (fp32, bf16).
+    eng_opt.compute_dtype = parse_compute_dtype(dtype) == kernels::ComputeType::BF16 ? "bf16" : "fp32";
+    SLOPE_CHECK(link == "intra" || link == "inter", "--link must be intra or inter, got '", link, "'");
+    SLOPE_CHECK(reps >= 1, "--reps must be at least 1");
+    eng_opt.reps = reps;
+    if (!model_path.empty()) {
+      check_engine_options(eng_opt);
+      layers = load_calibration_layers(model_path, eng_opt.compute_dtype);
+    }
+  });
+  if (!ok) return kExitError;
   const int P = world->size();
-  if (threads <= 0) threads = std::max(1, int(std::thread::hardware_concurrency()) / P);
+  if (threads <= 0) threads = mpi.default_threads_per_rank();
   set_num_threads(threads);
 
   nlohmann::json j;

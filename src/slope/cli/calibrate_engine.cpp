@@ -197,7 +197,7 @@ std::unique_ptr<model::Model> load_calibration_layers(const std::string& model_d
 }
 
 void check_engine_options(const EngineOptions& opt) {
-  SLOPE_CHECK(opt.compute_dtype == "fp32" || opt.compute_dtype == "bf16", "--dtype must be fp32 or bf16, got '",
+  SLOPE_CHECK(opt.compute_dtype == "fp32" || opt.compute_dtype == "bf16", "--dtype must be f32 or bf16, got '",
               opt.compute_dtype, "'");
   SLOPE_CHECK(opt.block_rows >= 1, "--block-rows must be at least 1, got ", opt.block_rows);
   SLOPE_CHECK(opt.attention_max_tokens >= 1024, "--attention-max-tokens must be at least 1024, got ",

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
 #include "slope/engine/kv_export.h"
@@ -12,15 +13,13 @@ namespace slope::cli {
 int cmd_kv_merge(int argc, char** argv) {
   std::vector<std::string> inputs;
   std::string dir, output;
-  CLI::App app{"Assemble per-rank KV shards (from `slope run --kv-out DIR`) into one KV cache file"};
+  CLI::App app{"Assemble per-rank KV shards (from `slope run --kv-out DIR`) into one KV cache file",
+               "slope kv-merge"};
+  setup_app(app);
   app.add_option("inputs", inputs, "shard files (kv.rank<r>-of-<n>.safetensors)");
   app.add_option("--dir", dir, "take every kv.rank*-of-*.safetensors in DIR");
   app.add_option("--out", output, "merged output file")->required();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int code = parse_args(app, argc, argv, "kv-merge"); code >= 0) return code;
   if (!dir.empty()) {
     SLOPE_CHECK(std::filesystem::is_directory(dir), "--dir '", dir, "' is not a directory");
     for (const auto& e : std::filesystem::directory_iterator(dir)) {

@@ -1,11 +1,14 @@
-// `slope <subcommand> [flags]`. Errors a user can cause end here as a message and exit code 1.
+// `slope <subcommand> [flags]`. Errors end here as a message and an exit code (cli_util.h):
+// 1 for a mistake in the input, 2 for command-line usage, 3 for an internal error.
 #include <cstring>
 #include <exception>
 #include <iostream>
 #include <string>
 
+#include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
+#include "slope/core/sys.h"
 
 namespace {
 
@@ -26,15 +29,21 @@ const Subcommand kSubcommands[] = {
 void usage(std::ostream& os) {
   os << "SLOPE: SLO-driven long-context prefill engine\n\nusage: slope <subcommand> [flags]\n\n";
   for (const auto& s : kSubcommands) os << "  " << s.name << std::string(12 - std::strlen(s.name), ' ') << s.help << "\n";
-  os << "\n`slope <subcommand> --help` lists a subcommand's flags.\n";
+  os << "\n`slope <subcommand> --help` lists a subcommand's flags and their defaults; `slope --version`.\n"
+     << "exit codes: 0 ok, 1 error in the input or configuration, 2 usage, 3 internal error, 4 --check failed\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  using namespace slope::cli;
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     usage(argc < 2 ? std::cerr : std::cout);
-    return argc < 2 ? 2 : 0;
+    return argc < 2 ? kExitUsage : kExitOk;
+  }
+  if (!std::strcmp(argv[1], "--version")) {
+    std::cout << "slope " << slope::version_string() << "\n";
+    return kExitOk;
   }
   for (const auto& s : kSubcommands) {
     if (std::strcmp(argv[1], s.name) != 0) continue;
@@ -42,13 +51,14 @@ int main(int argc, char** argv) {
       return s.fn(argc - 1, argv + 1);
     } catch (const slope::Error& e) {
       std::cerr << "slope " << s.name << ": error: " << e.what() << "\n";
-      return 1;
+      return kExitError;
     } catch (const std::exception& e) {
-      std::cerr << "slope " << s.name << ": internal error: " << e.what() << "\n";
-      return 3;
+      std::cerr << "slope " << s.name << ": internal error (a bug; please report it with the command line): "
+                << e.what() << "\n";
+      return kExitInternal;
     }
   }
   std::cerr << "slope: unknown subcommand '" << argv[1] << "'\n\n";
   usage(std::cerr);
-  return 2;
+  return kExitUsage;
 }

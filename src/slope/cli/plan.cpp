@@ -10,7 +10,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
+#include "slope/core/sys.h"
 #include "slope/core/error.h"
 #include "slope/model/config.h"
 #include "slope/planner/cost_model.h"
@@ -51,12 +53,19 @@ std::vector<int64_t> parse_contexts(const std::string& text) {
   return out;
 }
 
+// A config.json, the directory holding it, or the name of a shipped config (configs/NAME, found
+// in the data directories: the current one, the installed share/slope, the source tree).
 model::ModelConfig read_model(const std::string& path) {
   namespace fs = std::filesystem;
+  if (!fs::exists(path) && path.find('/') == std::string::npos) {
+    const std::string shipped = find_data_path("configs/" + path);
+    if (!shipped.empty()) return model::load_config(shipped);
+  }
   if (fs::is_directory(path)) return model::load_config(path);
   std::ifstream in(path);
   SLOPE_CHECK(in, "cannot read model config '", path,
-              "'; pass a HF config.json or the directory holding it, e.g. configs/gpt-oss-120b");
+              "'; pass a HF config.json, the directory holding it, or a shipped config's name such as "
+              "gpt-oss-120b (see configs/)");
   std::stringstream ss;
   ss << in.rdbuf();
   return model::parse_config(ss.str(), path);
@@ -91,6 +100,20 @@ planner::Mesh parse_mesh(const std::string& text, int64_t tokens) {
   return m;
 }
 
+// Lengths beyond the model's position limit are refused, as `slope run` refuses such prompts.
+void check_contexts(const std::vector<int64_t>& contexts, const model::ModelConfig& cfg, const std::string& model) {
+  for (int64_t n : contexts)
+    SLOPE_CHECK(n <= cfg.max_position_embeddings, "--context ", n, " tokens is longer than ", model,
+                " allows (max_position_embeddings ", cfg.max_position_embeddings,
+                "); plan for at most that many tokens (k = 1024)");
+}
+
+// --dtype as `slope run` spells it (f32, bf16; also f16), named as the profiles' keys (fp32, ...).
+std::string profile_dtype(const std::string& v) {
+  if (v == "f16" || v == "fp16" || v == "float16") return "fp16";
+  return parse_compute_dtype(v) == kernels::ComputeType::BF16 ? "bf16" : "fp32";
+}
+
 std::string seconds(double s) {
   std::ostringstream os;
   os.setf(std::ios::fixed);
@@ -104,7 +127,8 @@ int cmd_predict(int argc, char** argv) {
   CLI::App app{"Predict TTFT, its per-phase breakdown and memory per rank for one parallel layout\n"
                "with the cost model of docs/planner.md.",
                "slope plan --predict"};
-  std::string model_path, profile_path, contexts_text, mesh_text, dtype = "bf16";
+  setup_app(app);
+  std::string model_path, profile_path, contexts_text, mesh_text, dtype_flag = kDefaultComputeDtype;
   bool predict_flag = false, json = false, no_engine = false;
   double eff_scale = 1.0;
   app.add_flag("--predict", predict_flag, "predict one configuration (this mode)");
@@ -115,17 +139,12 @@ int cmd_predict(int argc, char** argv) {
                  "chunk (default for P > 1: the engine's max(256, ceil(N/(4P))); 0 = whole prompt)")
       ->required();
   app.add_option("--context", contexts_text, "prompt lengths, comma-separated: 4096,32k (k = 1024)")->required();
-  app.add_option("--dtype", dtype, "compute dtype of the GEMMs: bf16 (default), fp16 or fp32");
+  app.add_option("--dtype", dtype_flag, "compute dtype of the GEMMs: bf16, f32 or f16 (as slope run --dtype)");
   app.add_option("--efficiency-scale", eff_scale, "multiply every compute efficiency of the profile (sensitivity)");
   app.add_flag("--no-engine-spec", no_engine, "ignore the profile's \"engine\" object (generic kernels)");
   app.add_flag("--json", json, "print one JSON object per length, one per line");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  SLOPE_CHECK(dtype == "bf16" || dtype == "fp16" || dtype == "fp32", "--dtype must be bf16, fp16 or fp32, got '",
-              dtype, "'");
+  if (const int code = parse_args(app, argc, argv, "plan --predict"); code >= 0) return code;
+  const std::string dtype = profile_dtype(dtype_flag);
   SLOPE_CHECK(eff_scale > 0, "--efficiency-scale must be positive, got ", eff_scale);
   model::ModelConfig cfg = read_model(model_path);
   planner::HardwareProfile hw = planner::load_profile(profile_path);
@@ -133,7 +152,9 @@ int cmd_predict(int argc, char** argv) {
   planner::CostOptions opt;
   opt.compute_dtype = dtype;
   opt.use_engine_spec = !no_engine;
-  for (int64_t n : parse_contexts(contexts_text)) {
+  const std::vector<int64_t> contexts = parse_contexts(contexts_text);
+  check_contexts(contexts, cfg, model_path);
+  for (int64_t n : contexts) {
     const planner::Mesh mesh = parse_mesh(mesh_text, n);
     const planner::Prediction p = planner::predict(cfg, hw, mesh, n, opt);
     const planner::PhaseTimes& ph = p.phases;
@@ -165,8 +186,11 @@ int cmd_predict(int argc, char** argv) {
       j["fits"] = p.fits;
       std::cout << j.dump() << "\n";
     } else {
+      if (n == contexts.front())
+        std::cout << "mesh: U Ulysses degree, R ring degree, P pipeline stages, TP tensor-parallel degree "
+                     "(1 when absent), chunk = tokens per pipeline chunk; service = time the mesh is busy\n\n";
       std::cout << cfg.architecture << " on " << hw.name << ", " << mesh.str() << ", " << n << " tokens ("
-                << p.chunks << " chunk" << (p.chunks == 1 ? "" : "s") << ", " << dtype << ")\n";
+                << p.chunks << " chunk" << (p.chunks == 1 ? "" : "s") << ", " << dtype_flag << ")\n";
       std::cout << "  TTFT " << seconds(p.ttft_s) << " s   service " << seconds(p.service_s) << " s   "
                 << p.flops_per_rank / 1e9 << " GFLOP on the busiest rank\n";
       for (const auto& [k, v] : phases)
@@ -188,6 +212,7 @@ int cmd_plan(int argc, char** argv) {
                "assumed efficiencies until calibrated. `slope plan --predict --mesh U,R,P,TP[,chunk]`\n"
                "predicts one configuration (see `slope plan --predict --help`).",
                "slope plan"};
+  setup_app(app);
   std::string model_path, profile_path, contexts_text, curve_out;
   int nodes = 0, devices = 0, max_listed = 10;
   double slo = 0, quantile = 0.9, eff_scale = 1.0;
@@ -204,11 +229,7 @@ int cmd_plan(int argc, char** argv) {
   app.add_option("--list", max_listed, "deployments listed per context (10)");
   app.add_flag("--json", json, "print the plan as JSON");
   app.add_option("--curve-out", curve_out, "write TTFT p50/p90 against offered load as CSV to this file");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  if (const int code = parse_args(app, argc, argv, "plan"); code >= 0) return code;
 
   SLOPE_CHECK(nodes >= 1, "--nodes must be at least 1, got ", nodes);
   SLOPE_CHECK(slo > 0, "--ttft-slo must be a positive number of seconds, got ", slo);
@@ -224,6 +245,7 @@ int cmd_plan(int argc, char** argv) {
 
   planner::PlanOptions opt;
   opt.contexts = parse_contexts(contexts_text);
+  check_contexts(opt.contexts, cfg, model_path);
   opt.ttft_slo_s = slo;
   opt.slo_quantile = quantile;
   opt.max_listed = max_listed;

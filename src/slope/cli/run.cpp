@@ -1,7 +1,7 @@
-// `slope run`: prefill one prompt on one rank or, under mpirun, on a context-parallel mesh
-// (--ulysses U --ring R, U·R ranks). Every rank loads the whole model and computes its own
-// zigzag shard of the prompt; the first token and logits come back on every rank, and rank 0
-// prints the result and a per-rank report.
+// `slope run`: prefill prompts on one rank or, under mpirun, on a mesh (pipeline stages x ring x
+// Ulysses, or tensor parallelism). Each rank loads its stage's layers and computes its shard of
+// every prompt; the first token and logits come back on every rank, and rank 0 prints the result
+// and a per-rank report. Mistakes in the input are found before any work and reported once.
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
@@ -10,8 +10,8 @@
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
-#include <thread>
 
+#include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/cli/tokens.h"
 #include "slope/core/error.h"
@@ -35,7 +35,7 @@ struct RunArgs {
   int64_t random_tokens = 0;
   int batch = 1;
   uint64_t seed = 0;
-  std::string dtype = "f32";
+  std::string dtype = kDefaultComputeDtype;
   int threads = 0;
   int64_t chunk = 1024;
   int top_k = 5;
@@ -51,27 +51,15 @@ struct RunArgs {
   int64_t max_memory = 0;
   bool dry_run = false;
   bool check = false;
+  bool quiet = false;
   double timeout = parallel::kDefaultTimeoutSeconds;
 };
-
-kernels::ComputeType parse_compute(const std::string& s) {
-  if (s == "f32") return kernels::ComputeType::F32;
-  if (s == "bf16") return kernels::ComputeType::BF16;
-  fail("--dtype must be f32 or bf16, got '", s, "'");
-}
 
 void write_logits(const std::string& path, const std::vector<float>& logits) {
   std::ofstream f(path, std::ios::binary);
   SLOPE_CHECK(f, "cannot write --logits-out file '", path, "'");
   f.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
   SLOPE_CHECK(f.good(), "writing '", path, "' failed");
-}
-
-// Threads per rank when --threads is not given: the cores shared by the ranks on this node.
-int default_threads() {
-  int local = 1;
-  if (const char* s = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE")) local = std::max(1, std::atoi(s));
-  return std::max(1, int(std::thread::hardware_concurrency()) / local);
 }
 
 nlohmann::json phases_json(const model::PhaseTimes& t) {
@@ -187,9 +175,21 @@ void check_memory(const RunArgs& a, const model::ModelConfig& cfg, const engine:
        gb(a.max_memory), ", and no configuration of up to ", 8 * world_size, " ranks fits");
 }
 
-int run(const RunArgs& a, parallel::Communicator& world) {
-  const int W = world.size(), rank = world.rank();
-  const engine::ParallelShape shape{a.pp, a.ring, a.ulysses, a.tp};
+// Everything a run needs that can be checked before any work: flags, config, prompts, mesh and
+// memory. Throws slope::Error; communicates with no other rank.
+struct RunPlan {
+  kernels::ComputeType compute = kernels::ComputeType::BF16;
+  model::ModelConfig cfg;
+  std::vector<std::vector<int32_t>> prompts;
+  engine::ParallelShape shape;
+  int64_t n = 0;  // tokens of the first prompt (balancing, default chunk)
+  int64_t pp_chunk = 0;
+  engine::MemoryQuery mq;
+};
+
+RunPlan plan_run(const RunArgs& a, int world_size, bool lead) {
+  RunPlan p;
+  p.shape = engine::ParallelShape{a.pp, a.ring, a.ulysses, a.tp};
   SLOPE_CHECK(a.chunk > 0, "--chunk must be positive");
   SLOPE_CHECK(a.top_k > 0, "--top-k must be positive");
   SLOPE_CHECK(a.batch >= 1, "--batch must be at least 1");
@@ -198,33 +198,45 @@ int run(const RunArgs& a, parallel::Communicator& world) {
               "give the prompt with --tokens FILE or --random-tokens N");
   SLOPE_CHECK(a.tokens_files.empty() || a.batch == 1,
               "--batch goes with --random-tokens; give several prompts as several --tokens FILE");
-  set_num_threads(a.threads > 0 ? a.threads : default_threads());
-  const kernels::ComputeType compute = parse_compute(a.dtype);
+  p.compute = parse_compute_dtype(a.dtype);
 
-  const model::ModelConfig cfg = model::load_config(a.model_dir);
-  std::vector<std::vector<int32_t>> prompts;
-  for (const std::string& f : a.tokens_files) prompts.push_back(read_token_file(f));
+  p.cfg = model::load_config(a.model_dir);
+  for (const std::string& f : a.tokens_files) p.prompts.push_back(read_token_file(f));
   for (int b = 0; a.tokens_files.empty() && b < a.batch; ++b)
-    prompts.push_back(random_tokens(a.random_tokens, cfg.vocab_size, a.seed + uint64_t(b)));
+    p.prompts.push_back(random_tokens(a.random_tokens, p.cfg.vocab_size, a.seed + uint64_t(b)));
   int64_t n_max = 0;
-  for (const auto& p : prompts) {
-    model::validate_token_ids(cfg, p);
-    n_max = std::max<int64_t>(n_max, int64_t(p.size()));
+  for (const auto& t : p.prompts) {
+    model::validate_token_ids(p.cfg, t);
+    n_max = std::max<int64_t>(n_max, int64_t(t.size()));
   }
-  const int64_t n = int64_t(prompts[0].size());
-  engine::validate_shape(shape, W, cfg, n);
-  const int64_t pp_chunk = a.pp_chunk >= 0 ? a.pp_chunk : default_pp_chunk(a.pp, n);
+  p.n = int64_t(p.prompts[0].size());
+  // A dry run computes nothing, so it predicts any mesh from one process.
+  engine::validate_shape(p.shape, a.dry_run ? p.shape.size() : world_size, p.cfg, p.n);
+  p.pp_chunk = a.pp_chunk >= 0 ? a.pp_chunk : default_pp_chunk(a.pp, p.n);
 
-  engine::MemoryQuery mq;
-  mq.shape = shape;
-  mq.num_tokens = n_max;
-  mq.batch = int(prompts.size());
-  mq.pp_chunk = pp_chunk;
-  mq.gemm_chunk = a.chunk;
-  mq.bf16 = compute == kernels::ComputeType::BF16;
-  check_memory(a, cfg, mq, W, a.dry_run && rank == 0);
-  if (a.dry_run) return 0;
+  p.mq.shape = p.shape;
+  p.mq.num_tokens = n_max;
+  p.mq.batch = int(p.prompts.size());
+  p.mq.pp_chunk = p.pp_chunk;
+  p.mq.gemm_chunk = a.chunk;
+  p.mq.bf16 = p.compute == kernels::ComputeType::BF16;
+  check_memory(a, p.cfg, p.mq, p.shape.size(), a.dry_run && lead);
+  return p;
+}
 
+int run(const RunArgs& a, parallel::Communicator& world) {
+  const int W = world.size(), rank = world.rank();
+  RunPlan plan;
+  if (!on_every_rank(world, "run", [&] { plan = plan_run(a, W, rank == 0); })) return kExitError;
+  if (a.dry_run) return kExitOk;
+  const kernels::ComputeType compute = plan.compute;
+  const model::ModelConfig& cfg = plan.cfg;
+  const std::vector<std::vector<int32_t>>& prompts = plan.prompts;
+  const engine::ParallelShape& shape = plan.shape;
+  const int64_t n = plan.n, pp_chunk = plan.pp_chunk;
+  const engine::MemoryQuery& mq = plan.mq;
+
+  TerminalProgress progress(rank == 0 && !a.quiet);
   engine::Topology topo(world, shape);
   const std::vector<int> bounds = engine::balance_stages(cfg, a.pp, n);
   model::LoadOptions lo;
@@ -235,9 +247,14 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   lo.load_head = topo.stage() == a.pp - 1;
   lo.tp_rank = topo.tp_rank();
   lo.tp_size = a.tp;
+  lo.on_layer_loaded = [&](int done, int total) {
+    progress.update(str_cat("loading ", a.model_dir, ": layer ", done, "/", total), done == total);
+  };
   const double t_load = now_seconds();
-  auto model = model::Model::load(a.model_dir, lo);
+  std::unique_ptr<model::Model> model;
+  if (!on_every_rank(world, "run", [&] { model = model::Model::load(a.model_dir, lo); })) return kExitError;
   const double load_s = now_seconds() - t_load;
+  progress.done();
 
   std::unique_ptr<model::AttentionRunner> runner;
   parallel::ContextParallelAttention* cp = nullptr;
@@ -252,6 +269,11 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   po.chunk_tokens = a.chunk;
   po.top_k = a.top_k;
   po.keep_kv = !a.kv_out.empty() || a.check;
+  if (progress.active())
+    po.on_progress = [&](const engine::PrefillProgress& p) {
+      progress.update(str_cat("prefill", p.prompts > 1 ? str_cat(" prompt ", p.prompt + 1, "/", p.prompts) : "", ": ",
+                              p.tokens_done, "/", p.tokens, " tokens, layer ", p.layer, "/", p.layers));
+    };
   engine::PipelineTimes pt;
   world.barrier();
   const double t0 = now_seconds();
@@ -259,6 +281,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
       engine::run_prefill(*model, prompts, pp_chunk, topo.stage_plan(), *runner, po, &pt);
   for (auto& r : results) engine::share_logits(r, world, a.top_k);
   const double ttft = now_seconds() - t0;  // every prompt's first token known on every rank
+  progress.done();
   engine::PrefillResult& r = results.back();
 
   engine::RankReport mine;
@@ -318,6 +341,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   CheckResult check;
   if (a.check) {
     check.pass = true;
+    std::unique_ptr<model::Model> reference;  // rank 0: the whole model, loaded once for all prompts
     for (size_t b = 0; b < results.size(); ++b) {
       std::vector<Tensor> k, v;
       engine::gather_kv(results[b], model->first_layer(), sl.kv_head0, cfg, world, k, v);
@@ -325,7 +349,6 @@ int run(const RunArgs& a, parallel::Communicator& world) {
       if (rank == 0) {
         model::LoadOptions whole;
         whole.compute = compute;
-        static std::unique_ptr<model::Model> reference;  // loaded once for all prompts
         if (!reference) reference = model::Model::load(a.model_dir, whole);
         one = check_against_one_rank(*reference, prompts[b], results[b], k, v, a.chunk,
                                      check_tolerance(compute));
@@ -339,7 +362,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     world.broadcast(&pass, 1, 0);
     check.pass = pass;
   }
-  if (rank != 0) return a.check && !check.pass ? 1 : 0;
+  const int code = a.check && !check.pass ? kExitCheckFailed : kExitOk;
+  if (rank != 0) return code;
 
   const double flops = engine::prefill_flops(cfg, n);
   if (a.json) {
@@ -412,23 +436,26 @@ int run(const RunArgs& a, parallel::Communicator& world) {
                 << (check.same_first_token ? "equal" : "DIFFERENT") << ", tolerance " << check_tolerance(compute).logits
                 << " / " << check_tolerance(compute).kv << ")\n";
   }
-  return a.check && !check.pass ? 1 : 0;
+  return code;
 }
 
 }  // namespace
 
 int cmd_run(int argc, char** argv) {
   RunArgs a;
-  CLI::App app{"Prefill one prompt: first token, top logprobs, last-position logits, KV cache"};
+  CLI::App app{"Prefill prompts on one rank or, under mpirun, on a mesh: first token, top logprobs,\n"
+               "last-position logits, KV cache", "slope run"};
+  setup_app(app);
   app.add_option("--model", a.model_dir, "HF model directory (config.json + safetensors)")->required();
   auto* tok = app.add_option("--tokens", a.tokens_files,
-                             "file of token ids (whitespace/comma separated); repeat for several prompts");
+                             "file of token ids (whitespace/comma separated); repeat for several prompts")
+                 ->default_str("");
   auto* rnd = app.add_option("--random-tokens", a.random_tokens, "use N random token ids instead");
   tok->excludes(rnd);
   app.add_option("--seed", a.seed, "seed for --random-tokens");
   app.add_option("--batch", a.batch, "with --random-tokens: this many prompts (pipelined as micro-batches)");
-  app.add_option("--dtype", a.dtype, "compute type: f32 or bf16 (bf16 weights/activations, f32 accumulation)");
-  app.add_option("--threads", a.threads, "OpenMP threads per rank (default: cores / ranks on the node)");
+  app.add_option("--dtype", a.dtype, "compute type: bf16 (bf16 weights and activations, f32 accumulation) or f32");
+  app.add_option("--threads", a.threads, "OpenMP threads per rank (0: the node's cores shared by its ranks)");
   app.add_option("--chunk", a.chunk, "tokens per chunk of the token-local work");
   app.add_option("--top-k", a.top_k, "top logprobs to report");
   app.add_option("--logits-out", a.logits_out, "write the last position's logits (float32, little endian)");
@@ -444,21 +471,21 @@ int cmd_run(int argc, char** argv) {
   app.add_flag("--check", a.check, "also run the prompt on one rank and compare logits and KV");
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
   app.add_flag("--json", a.json, "print one JSON object");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
+  app.add_flag("--quiet", a.quiet, "no progress lines (shown only on a terminal, by rank 0)");
+  // MPI first, so that under mpirun one rank prints a usage error instead of every rank.
   parallel::MpiRuntime mpi(&argc, &argv);
+  if (const int code = parse_args(app, argc, argv, "run", mpi.world_rank() == 0); code >= 0) return code;
   auto world = mpi.world(a.timeout);
+  set_num_threads(a.threads > 0 ? a.threads : mpi.default_threads_per_rank());
   if (world->size() == 1) return run(a, *world);
   try {
     return run(a, *world);
   } catch (const std::exception& e) {
     // Under mpirun a rank that stops alone would leave its peers waiting: end them all.
-    std::cerr << "slope run: rank " << world->rank() << ": error: " << e.what() << "\n";
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 1;
+    const bool user = dynamic_cast<const Error*>(&e) != nullptr;
+    std::cerr << "slope run: rank " << world->rank() << ": " << (user ? "error: " : "internal error: ") << e.what() << "\n";
+    MPI_Abort(MPI_COMM_WORLD, user ? kExitError : kExitInternal);
+    return kExitError;
   }
 }
 

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace slope {
 
@@ -20,5 +22,15 @@ int64_t current_rss_bytes();
 // OpenMP threads used by kernels.
 int num_threads();
 void set_num_threads(int n);
+
+// The version, e.g. "0.1.0 (commit 6a6704a)"; the commit is the one the binary was built from.
+std::string version_string();
+
+// Where shipped data (configs/, profiles/) is looked up, in order: the current directory, the
+// installed share folder next to the binary (PREFIX/bin/slope -> PREFIX/share/slope), and the
+// source tree a build folder sits in (build/release/slope -> the checkout).
+std::vector<std::string> data_dirs();
+// The first DIR/relative of data_dirs() that exists, or "" if none does.
+std::string find_data_path(const std::string& relative);
 
 }  // namespace slope

@@ -102,6 +102,17 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
         model::decoder_layer_forward(ctx, l, model.layer(l), h.data<float>(), rows, runner,
                                      r.k[li].data<float>(), r.v[li].data<float>(), ps.rows_done,
                                      kv_shard);
+        if (opts.on_progress) {
+          PrefillProgress pg;
+          pg.prompt = int(b);
+          pg.prompts = int(prompts.size());
+          pg.tokens = int64_t(prompts[b].size());
+          const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : pg.tokens;
+          pg.tokens_done = std::min(pg.tokens, int64_t(ci + 1) * chunk);
+          pg.layer = li + 1;
+          pg.layers = model.last_layer() - model.first_layer();
+          opts.on_progress(pg);
+        }
       }
       ps.rows_done += m;
       if (!last_stage) {

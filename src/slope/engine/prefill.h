@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "slope/core/tensor.h"
@@ -17,6 +18,16 @@ struct PrefillOptions {
   int64_t chunk_tokens = 1024;  // rows per GEMM chunk of the token-local work
   int top_k = 5;                // top logprobs reported for the last position
   bool keep_kv = true;          // keep every layer's K/V (else one reused buffer)
+  // Called after each decoder layer of each chunk (run_prefill): progress on a terminal.
+  std::function<void(const struct PrefillProgress&)> on_progress;
+};
+
+// Where a prefill is: this rank's stage has run `layer` of `layers` layers of the chunk that
+// ends at token `tokens_done` of prompt `prompt` (of `prompts`), which has `tokens` tokens.
+struct PrefillProgress {
+  int prompt = 0, prompts = 1;
+  int64_t tokens_done = 0, tokens = 0;
+  int layer = 0, layers = 0;
 };
 
 struct TopLogprob {

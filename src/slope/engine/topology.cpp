@@ -64,18 +64,18 @@ std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& 
 void validate_shape(const ParallelShape& s, int world_size, const model::ModelConfig& cfg,
                     int64_t num_tokens) {
   SLOPE_CHECK(num_tokens >= 1, "the prompt is empty");
-  if (s.size() != world_size) {
+  auto ranks = [](int n) { return str_cat(n, n == 1 ? " rank" : " ranks"); };
+  auto alternatives = [&] {
     std::string valid;
-    for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v);
-    fail(flags(s), " needs ", s.size(), " ranks, but ", world_size, " were started; with ",
-         world_size, " ranks use one of:", valid);
-  }
+    for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v).substr(1);
+    return valid;
+  };
   const std::string problem = shape_problem(s, cfg);
-  if (!problem.empty()) {
-    std::string valid;
-    for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v);
-    fail(problem, "; with ", world_size, " ranks use one of:", valid);
-  }
+  if (!problem.empty()) fail(problem, "; with ", ranks(world_size), " use one of:", alternatives());
+  if (s.size() != world_size)
+    fail(flags(s).substr(1), " needs ", ranks(s.size()), ", but ", ranks(world_size), (world_size == 1 ? " was" : " were"),
+         " started; launch it with `mpirun -np ", s.size(), " slope run ...` (add --dry-run to see its memory ",
+         "from one process), or with ", ranks(world_size), " use one of:", alternatives());
 }
 
 Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)

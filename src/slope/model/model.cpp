@@ -96,6 +96,8 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
     else
       load_llama_layer(wl, i, w);
     m->layers_.push_back(std::move(w));
+    if (opts.on_layer_loaded)
+      opts.on_layer_loaded(i + 1 - m->opts_.first_layer, m->opts_.last_layer - m->opts_.first_layer);
   }
   return m;
 }

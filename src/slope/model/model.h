@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +27,8 @@ struct LoadOptions {
   // Tensor parallelism: this rank's slice of heads and intermediate columns (TensorSlice::of).
   int tp_rank = 0;
   int tp_size = 1;
+  // Called after each decoder layer is loaded with (layers loaded, layers to load): progress.
+  std::function<void(int, int)> on_layer_loaded;
 };
 
 class Model {

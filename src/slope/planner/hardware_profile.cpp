@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "slope/core/error.h"
+#include "slope/core/sys.h"
 
 namespace slope::planner {
 namespace {
@@ -220,13 +221,20 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
 
 HardwareProfile load_profile(const std::string& path) {
   std::string file = path;
-  bool bare = path.find('/') == std::string::npos && path.find(".json") == std::string::npos;
-  if (bare) file = "profiles/" + path + ".json";
+  const bool bare = path.find('/') == std::string::npos && path.find(".json") == std::string::npos;
+  if (bare) {
+    file = find_data_path("profiles/" + path + ".json");
+    if (file.empty()) {
+      std::string where;
+      for (const std::string& d : data_dirs()) where += (where.empty() ? "" : ", ") + d + "/profiles";
+      fail("no hardware profile named '", path, "': a bare name is looked up as NAME.json in ", where,
+           "; pass the path of a profile JSON file, or install SLOPE (cmake --install) so that its "
+           "profiles are found from anywhere");
+    }
+  }
   std::ifstream in(file);
-  SLOPE_CHECK(in, "cannot read hardware profile '", file, "'",
-              bare ? " (a bare name is looked up as profiles/NAME.json in the current directory; "
-                     "run from the source tree or pass the file's path)"
-                   : "; pass the path of a profile JSON file, e.g. profiles/mi250-gcd.json");
+  SLOPE_CHECK(in, "cannot read hardware profile '", file, "'; pass the path of a profile JSON file, e.g. ",
+              "profiles/mi250-gcd.json, or a bare name such as mi250-gcd");
   std::stringstream ss;
   ss << in.rdbuf();
   return parse_profile(ss.str(), file);

@@ -217,7 +217,12 @@ std::string plan_to_text(const Plan& plan) {
   const auto& o = plan.options;
   const int q = int(std::lround(o.slo_quantile * 100));
   os << "SLOPE plan: " << plan.model << " on " << plan.cluster.nodes << " nodes x " << plan.cluster.devices_per_node
-     << " devices (" << plan.hardware << "), TTFT SLO " << fmt(o.ttft_slo_s, 3) << " s at p" << q << "\n";
+     << " devices (" << plan.hardware << "), TTFT SLO " << fmt(o.ttft_slo_s, 3) << " s at p" << q << "\n"
+     << "legend: deployment = instances x mesh, mesh = U Ulysses degree, R ring degree, P pipeline stages, TP\n"
+     << "  tensor-parallel degree (1 when absent), chunk = tokens per pipeline chunk; TTFT s = one request alone;\n"
+     << "  req/s@SLO = highest arrival rate (all instances) at which p" << q << " TTFT stays within the SLO;\n"
+     << "  tok/s@SLO = that rate x the context; cap req/s = instances / service time; GB/rank = peak memory\n"
+     << "  per device. Contexts are exact token counts (k = 1024: 100k = 102,400 tokens).\n";
   for (const auto& cp : plan.contexts) {
     os << "\ncontext " << cp.tokens << " tokens: " << cp.considered << " deployments, " << cp.fitting
        << " fit memory, " << cp.feasible_total << " meet the SLO\n";

@@ -52,7 +52,7 @@ TEST(CliCalibrate, BadInputSaysWhatToFix) {
   struct Case { std::string args, message; };
   const Case cases[] = {
       {"calibrate " + out + " --model configs/none", "cannot read configs/none"},
-      {"calibrate " + out + " --model configs/gpt-oss-20b --dtype fp16", "--dtype must be fp32 or bf16"},
+      {"calibrate " + out + " --model configs/gpt-oss-20b --dtype fp16", "--dtype must be f32 or bf16"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --block-rows 0", "--block-rows must be at least 1"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --attention-max-tokens 100", "--attention-max-tokens must be at least 1024"},
       {"calibrate " + out + " --model configs/gpt-oss-20b", "needs the weights, not only config.json"},

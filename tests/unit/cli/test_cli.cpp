@@ -75,10 +75,14 @@ TEST(Cli, MissingModelDirectory) {
   EXPECT_NE(r.out.find("/nonexistent/model"), std::string::npos) << r.out;
 }
 
+// Exit codes (cli_util.h): 1 for a bad value, 2 for command-line usage.
 TEST(Cli, BadFlagValues) {
-  EXPECT_NE(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --dtype f8").code, 0);
-  EXPECT_NE(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --chunk 0").code, 0);
-  EXPECT_NE(sh(kSlope + " frobnicate").code, 0);
+  EXPECT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --dtype f8").code, 1);
+  EXPECT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --chunk 0").code, 1);
+  EXPECT_EQ(sh(kSlope + " frobnicate").code, 2);
+  EXPECT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --no-such-flag").code, 2);
+  EXPECT_EQ(sh(kSlope + " run --random-tokens 4").code, 2);  // --model is required
+  EXPECT_EQ(sh(kSlope + " plan --predict --model configs/gpt-oss-120b").code, 2);
 }
 
 TEST(Cli, MeshNeedsMatchingRankCount) {
@@ -101,7 +105,7 @@ TEST(Cli, JsonOutputAndLogits) {
 // KV written by every rank of a 2x2 mesh and merged equals the KV of one rank.
 TEST(Cli, ContextParallelKvMergeEqualsOneRank) {
   fs::path d = temp_dir("kvmerge");
-  const std::string common = " run --model " + kModel + " --random-tokens 77 --seed 5 --kv-out ";
+  const std::string common = " run --model " + kModel + " --random-tokens 77 --seed 5 --dtype f32 --kv-out ";
   auto one = sh(kSlope + common + (d / "one").string());
   ASSERT_EQ(one.code, 0) << one.out;
   auto cp = sh(kMpirun + "-np 4 " + kSlope + common + (d / "cp").string() + " --ulysses 2 --ring 2");

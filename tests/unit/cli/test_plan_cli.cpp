@@ -57,7 +57,7 @@ TEST(CliPlan, BadInputSaysWhatToFix) {
       {base + "--context 0", "is not a positive token count"},
       {"--model configs/none --hardware mi250-gcd --nodes 4 --ttft-slo 1 --context 32k", "cannot read model config"},
       {"--model configs/gpt-oss-120b --hardware nope --nodes 4 --ttft-slo 1 --context 32k",
-       "cannot read hardware profile 'profiles/nope.json'"},
+       "no hardware profile named 'nope'"},
       {"--model configs/gpt-oss-120b --hardware mi250-gcd --nodes 0 --ttft-slo 1 --context 32k",
        "--nodes must be at least 1"},
       {"--model configs/gpt-oss-120b --hardware mi250-gcd --nodes 4 --ttft-slo -2 --context 32k",
