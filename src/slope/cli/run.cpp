@@ -47,11 +47,12 @@ struct RunArgs {
   int ring = 1;
   int pp = 1;
   int tp = 1;
-  int64_t pp_chunk = -1;  // -1: default; 0: whole prompt
+  int64_t pp_chunk = -1;  // -1 (not given): the engine's default; 0: whole prompt
   int64_t max_memory = 0;
   bool dry_run = false;
   bool check = false;
   bool quiet = false;
+  bool pp_chunk_given = false;
   double timeout = parallel::kDefaultTimeoutSeconds;
 };
 
@@ -190,8 +191,14 @@ struct RunPlan {
 RunPlan plan_run(const RunArgs& a, int world_size, bool lead) {
   RunPlan p;
   p.shape = engine::ParallelShape{a.pp, a.ring, a.ulysses, a.tp};
-  SLOPE_CHECK(a.chunk > 0, "--chunk must be positive");
-  SLOPE_CHECK(a.top_k > 0, "--top-k must be positive");
+  SLOPE_CHECK(a.chunk > 0, "--chunk must be positive, got ", a.chunk);
+  SLOPE_CHECK(a.top_k > 0, "--top-k must be positive, got ", a.top_k);
+  SLOPE_CHECK(a.threads >= 0, "--threads must be positive, or 0 for the node's cores shared by its ranks; got ", a.threads);
+  SLOPE_CHECK(a.pp_chunk >= -1 && (a.pp_chunk != -1 || !a.pp_chunk_given), "--pp-chunk must be a positive number of ",
+              "tokens, or 0 for whole prompts; got ", a.pp_chunk, " (leave it out for the engine's default)");
+  SLOPE_CHECK(a.max_memory >= 0, "--max-memory must be a positive number of bytes (0: no limit); got ", a.max_memory);
+  SLOPE_CHECK(a.tokens_files.empty() ? a.random_tokens > 0 : true, "--random-tokens must be positive, got ",
+              a.random_tokens);
   SLOPE_CHECK(a.batch >= 1, "--batch must be at least 1");
   SLOPE_CHECK(a.kv_dtype == "f32" || a.kv_dtype == "bf16", "--kv-dtype must be f32 or bf16");
   SLOPE_CHECK(!a.tokens_files.empty() || a.random_tokens != 0,
@@ -201,6 +208,11 @@ RunPlan plan_run(const RunArgs& a, int world_size, bool lead) {
   p.compute = parse_compute_dtype(a.dtype);
 
   p.cfg = model::load_config(a.model_dir);
+  SLOPE_CHECK(a.top_k <= p.cfg.vocab_size, "--top-k ", a.top_k, " exceeds the vocabulary (", p.cfg.vocab_size, " tokens)");
+  // Before any random ids are drawn: a too-long prompt costs nothing to refuse.
+  SLOPE_CHECK(!a.tokens_files.empty() || a.random_tokens <= p.cfg.max_position_embeddings, "--random-tokens ",
+              a.random_tokens, " is more than the model's max_position_embeddings (", p.cfg.max_position_embeddings,
+              "); shorten it");
   for (const std::string& f : a.tokens_files) p.prompts.push_back(read_token_file(f));
   for (int b = 0; a.tokens_files.empty() && b < a.batch; ++b)
     p.prompts.push_back(random_tokens(a.random_tokens, p.cfg.vocab_size, a.seed + uint64_t(b)));
@@ -365,21 +377,41 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   const int code = a.check && !check.pass ? kExitCheckFailed : kExitOk;
   if (rank != 0) return code;
 
-  const double flops = engine::prefill_flops(cfg, n);
+  // Several prompts are reported each on its own; tokens, FLOPs and phase times are the batch's.
+  int64_t total_tokens = 0;
+  double flops = 0;
+  model::PhaseTimes phases;
+  for (size_t b = 0; b < results.size(); ++b) {
+    total_tokens += int64_t(prompts[b].size());
+    flops += engine::prefill_flops(cfg, int64_t(prompts[b].size()));
+    const model::PhaseTimes& t = results[b].times;
+    phases.embed += t.embed, phases.norm_qkv_rope += t.norm_qkv_rope, phases.attention += t.attention;
+    phases.o_proj += t.o_proj, phases.mlp += t.mlp, phases.lm_head += t.lm_head, phases.tp_allreduce += t.tp_allreduce;
+  }
+  auto logprobs_json = [](const engine::PrefillResult& res) {
+    nlohmann::json l = nlohmann::json::array();
+    for (const auto& t : res.top_logprobs) l.push_back({{"token", t.token}, {"logprob", t.logprob}});
+    return l;
+  };
   if (a.json) {
     nlohmann::json j;
-    j["first_token"] = r.first_token;
-    j["top_logprobs"] = nlohmann::json::array();
-    for (const auto& t : r.top_logprobs) j["top_logprobs"].push_back({{"token", t.token}, {"logprob", t.logprob}});
-    j["num_tokens"] = n;
+    if (results.size() == 1) {
+      j["first_token"] = r.first_token;
+      j["top_logprobs"] = logprobs_json(r);
+    }
+    j["prompts"] = nlohmann::json::array();
+    for (size_t b = 0; b < results.size(); ++b)
+      j["prompts"].push_back({{"num_tokens", prompts[b].size()}, {"first_token", results[b].first_token},
+                              {"top_logprobs", logprobs_json(results[b])}});
+    j["num_tokens"] = total_tokens;
     j["ttft_ms"] = ttft * 1e3;
     j["load_ms"] = load_s * 1e3;
-    j["phases"] = phases_json(r.times);
+    j["phases"] = phases_json(phases);
     j["peak_memory_bytes"] = peak_rss_bytes();
     j["weight_bytes"] = model->weight_bytes();
     j["gflop"] = flops / 1e9;
     j["gflops_per_s"] = flops / ttft / 1e9;
-    j["tokens_per_s"] = double(n) / ttft;
+    j["tokens_per_s"] = double(total_tokens) / ttft;
     j["dtype"] = a.dtype;
     j["threads_per_rank"] = num_threads();
     j["ranks"] = W;
@@ -401,18 +433,26 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     std::cout << "model        " << a.model_dir << " (" << cfg.architecture << ", " << cfg.num_layers
               << " layers, " << a.dtype << ")\n"
               << "mesh         " << W << " rank(s): " << shape.str() << (a.pp > 1 ? str_cat(", pipeline chunk ", pp_chunk) : "")
-              << ", " << num_threads() << " thread(s) per rank\n"
-              << "tokens       " << n << "\n"
-              << "first token  " << r.first_token << "\n"
-              << "top logprobs";
-    for (const auto& t : r.top_logprobs) std::cout << " " << t.token << ":" << std::setprecision(4) << t.logprob;
-    std::cout << std::setprecision(6) << "\nTTFT         " << ttft * 1e3 << " ms (" << double(n) / ttft
-              << " tokens/s, " << flops / ttft / 1e9 << " GFLOP/s)\n";
-    if (results.size() > 1) {
-      std::cout << "first tokens";
-      for (const auto& res : results) std::cout << " " << res.first_token;
-      std::cout << " (" << results.size() << " prompts)\n";
+              << ", " << num_threads() << " thread(s) per rank\n";
+    auto print_logprobs = [](const engine::PrefillResult& res) {
+      for (const auto& t : res.top_logprobs) std::cout << " " << t.token << ":" << std::setprecision(4) << t.logprob;
+      std::cout << std::setprecision(6) << "\n";
+    };
+    if (results.size() == 1) {
+      std::cout << "tokens       " << n << "\n"
+                << "first token  " << r.first_token << "\n"
+                << "top logprobs";
+      print_logprobs(r);
+    } else {
+      std::cout << "tokens       " << total_tokens << " in " << results.size() << " prompts\n"
+                << "prompt  tokens  first token  top logprobs\n";
+      for (size_t b = 0; b < results.size(); ++b) {
+        std::cout << std::setw(6) << b << std::setw(8) << prompts[b].size() << std::setw(13) << results[b].first_token << " ";
+        print_logprobs(results[b]);
+      }
     }
+    std::cout << "TTFT         " << ttft * 1e3 << " ms" << (results.size() > 1 ? " (every prompt's first token)" : "")
+              << " (" << double(total_tokens) / ttft << " tokens/s, " << flops / ttft / 1e9 << " GFLOP/s)\n";
     if (W > 1) {
       std::cout << "\nrank stage tokens compute_ms attn_ms comm_ms wait_ms pipe_ms  tp_ms sent_MB recv_MB weights_GB  kv_GB peak_GB\n";
       for (const auto& rep : reports)
@@ -465,16 +505,24 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--ring", a.ring, "ring degree R (sequence split into 2R zigzag chunks)");
   app.add_option("--pp", a.pp, "pipeline stages P (layers split, balanced by cost; outermost)");
   app.add_option("--tp", a.tp, "tensor-parallel degree T (heads and MLP split, Megatron layout)");
-  app.add_option("--pp-chunk", a.pp_chunk, "tokens per pipeline chunk (default: about 4 chunks per stage; 0 = whole prompt)");
+  auto* pp_chunk = app.add_option("--pp-chunk", a.pp_chunk,
+                                  "tokens per pipeline chunk (default: about 4 chunks per stage; 0 = whole prompt)")
+                       ->default_str("");
   app.add_option("--max-memory", a.max_memory, "refuse to run if a rank would need more than BYTES (predicted)");
   app.add_flag("--dry-run", a.dry_run, "print each rank's predicted memory and exit without computing");
   app.add_flag("--check", a.check, "also run the prompt on one rank and compare logits and KV");
-  app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
+  app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing (positive)");
   app.add_flag("--json", a.json, "print one JSON object");
   app.add_flag("--quiet", a.quiet, "no progress lines (shown only on a terminal, by rank 0)");
   // MPI first, so that under mpirun one rank prints a usage error instead of every rank.
   parallel::MpiRuntime mpi(&argc, &argv);
   if (const int code = parse_args(app, argc, argv, "run", mpi.world_rank() == 0); code >= 0) return code;
+  a.pp_chunk_given = pp_chunk->count() > 0;
+  if (!(a.timeout > 0)) {  // before any communication, which the timeout governs; every rank stops here
+    if (mpi.world_rank() == 0)
+      std::cerr << "slope run: error: --timeout must be a positive number of seconds, got " << a.timeout << "\n";
+    return kExitError;
+  }
   auto world = mpi.world(a.timeout);
   set_num_threads(a.threads > 0 ? a.threads : mpi.default_threads_per_rank());
   if (world->size() == 1) return run(a, *world);

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "../run_slope.h"
@@ -134,6 +135,67 @@ TEST(Cli, KvMergeRejectsIncompleteShards) {
                     (d / "m.safetensors").string());
   EXPECT_NE(merge.code, 0);
   EXPECT_NE(merge.out.find("is in no shard"), std::string::npos) << merge.out;
+}
+
+// Several prompts are each reported with their own token count, first token and logprobs, and
+// the batch's tokens/s counts every prompt's tokens.
+TEST(Cli, SeveralPromptsReportedEach) {
+  fs::path d = temp_dir("several");
+  write_file(d / "p5.txt", "1 2 3 4 5");
+  std::string hundred;
+  for (int i = 0; i < 100; ++i) hundred += std::to_string((i * 37) % 500) + " ";
+  write_file(d / "p100.txt", hundred);
+  auto json_of = [](const std::string& out) { return nlohmann::json::parse(out.substr(out.find('{'))); };
+  const std::string run = kSlope + " run --model " + kModel + " --dtype f32 --json";
+  auto alone5 = sh(run + " --tokens " + (d / "p5.txt").string() + " 2>/dev/null");
+  auto alone100 = sh(run + " --tokens " + (d / "p100.txt").string() + " 2>/dev/null");
+  auto both = sh(run + " --tokens " + (d / "p5.txt").string() + " --tokens " + (d / "p100.txt").string() + " 2>/dev/null");
+  ASSERT_EQ(alone5.code, 0) << alone5.out;
+  ASSERT_EQ(alone100.code, 0) << alone100.out;
+  ASSERT_EQ(both.code, 0) << both.out;
+  const nlohmann::json j5 = json_of(alone5.out), j100 = json_of(alone100.out), jb = json_of(both.out);
+  EXPECT_EQ(jb["num_tokens"].get<int64_t>(), 105);
+  ASSERT_EQ(jb["prompts"].size(), 2u);
+  EXPECT_EQ(jb["prompts"][0]["num_tokens"].get<int64_t>(), 5);
+  EXPECT_EQ(jb["prompts"][1]["num_tokens"].get<int64_t>(), 100);
+  EXPECT_EQ(jb["prompts"][0]["first_token"], j5["first_token"]);
+  EXPECT_EQ(jb["prompts"][1]["first_token"], j100["first_token"]);
+  EXPECT_EQ(jb["prompts"][1]["top_logprobs"][0]["token"], j100["top_logprobs"][0]["token"]);
+  EXPECT_FALSE(jb.contains("first_token")) << "a batch has no single first token";
+  EXPECT_NEAR(jb["tokens_per_s"].get<double>(), 105.0 / (jb["ttft_ms"].get<double>() / 1e3), 1e-6);
+  auto text = sh(kSlope + " run --model " + kModel + " --dtype f32 --tokens " + (d / "p5.txt").string() +
+                 " --tokens " + (d / "p100.txt").string());
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_NE(text.out.find("tokens       105 in 2 prompts"), std::string::npos) << text.out;
+}
+
+// A prompt longer than the model allows is refused before its ids are drawn: under a 3 GB
+// address-space limit, 10^9 random ids (4 GB) would fail to allocate instead.
+TEST(Cli, TooManyRandomTokensRefusedBeforeAnyWork) {
+  auto r = sh("ulimit -v 3000000; " + kSlope + " run --model " + kModel + " --random-tokens 1000000000");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("--random-tokens 1000000000 is more than the model's max_position_embeddings (4096)"),
+            std::string::npos) << r.out;
+}
+
+// Values that used to be silently ignored or replaced are refused, naming the flag.
+TEST(Cli, OutOfRangeFlagValuesRefused) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"--threads -3", "--threads must be positive"},
+      {"--pp-chunk -5", "--pp-chunk must be a positive number of tokens"},
+      {"--pp-chunk -1", "--pp-chunk must be a positive number of tokens"},
+      {"--max-memory -1", "--max-memory must be a positive number of bytes"},
+      {"--timeout 0", "--timeout must be a positive number of seconds"},
+      {"--top-k 100000", "--top-k 100000 exceeds the vocabulary"},
+  };
+  for (const auto& [flags, message] : cases) {
+    auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 10 " + flags);
+    EXPECT_EQ(r.code, 1) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(message), std::string::npos) << flags << ": " << r.out;
+  }
+  auto neg = sh(kSlope + " run --model " + kModel + " --random-tokens -4");
+  EXPECT_EQ(neg.code, 1) << neg.out;
+  EXPECT_NE(neg.out.find("--random-tokens must be positive"), std::string::npos) << neg.out;
 }
 
 }  // namespace
