@@ -27,21 +27,20 @@ std::string flags(const ParallelShape& s) {
 // The first problem with a shape, or "" if it is valid (world size aside).
 std::string shape_problem(const ParallelShape& s, const model::ModelConfig& cfg) {
   if (s.pp < 1 || s.ring < 1 || s.ulysses < 1 || s.tp < 1) return "every degree must be at least 1";
-  if (s.tp > 1 && s.ring * s.ulysses > 1)
-    return "--tp cannot be combined with --ring/--ulysses (tensor parallelism combines with --pp only)";
   if (s.pp > cfg.num_layers) return str_cat("--pp ", s.pp, " exceeds the model's ", cfg.num_layers, " layers");
+  model::TensorSlice slice = model::TensorSlice::whole(cfg);
   if (s.tp > 1) {
     try {
-      model::TensorSlice::of(cfg, 0, s.tp);
+      slice = model::TensorSlice::of(cfg, 0, s.tp);
     } catch (const Error& e) {
       return e.what();
     }
   }
-  if (s.ulysses > 1) {
-    auto ok = parallel::valid_ulysses_degrees(cfg.num_heads, cfg.num_kv_heads);
+  if (s.ulysses > 1) {  // Ulysses splits the heads of one tensor rank
+    auto ok = parallel::valid_ulysses_degrees(slice.q_heads, slice.kv_heads);
     if (std::find(ok.begin(), ok.end(), s.ulysses) == ok.end())
-      return str_cat("--ulysses ", s.ulysses, " does not fit ", cfg.num_heads, " query / ",
-                     cfg.num_kv_heads, " KV heads");
+      return str_cat("--ulysses ", s.ulysses, " does not fit ", slice.q_heads, " query / ", slice.kv_heads,
+                     " KV heads", s.tp > 1 ? str_cat(" (a tensor rank's share under --tp ", s.tp, ")") : "");
   }
   return "";
 }
@@ -85,8 +84,17 @@ Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
   stage_ = world.rank() / S;
   local_ = world.rank() % S;
   stage_comm_ = world.split(stage_, local_, "stage");
-  if (context_parallel())
-    cp_mesh_ = std::make_unique<parallel::Mesh>(*stage_comm_, parallel::MeshShape{shape.ring, shape.ulysses});
+  const int T = shape.tp, cp_rank = local_ / T;
+  tp_rank_ = local_ % T;
+  if (T > 1) tp_comm_ = stage_comm_->split(cp_rank, tp_rank_, "tensor");
+  if (context_parallel()) {
+    parallel::Communicator* cp = stage_comm_.get();
+    if (T > 1) {
+      cp_comm_ = stage_comm_->split(tp_rank_, cp_rank, "context");
+      cp = cp_comm_.get();
+    }
+    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, parallel::MeshShape{shape.ring, shape.ulysses});
+  }
 }
 
 StagePlan Topology::stage_plan() const {
@@ -105,13 +113,13 @@ StagePlan Topology::stage_plan() const {
     };
   }
   if (shape_.tp > 1) {
-    parallel::Communicator* tp = stage_comm_.get();
+    parallel::Communicator* tp = tp_comm_.get();
     std::shared_ptr<int64_t> bytes = tp_bytes_;
     p.tp_allreduce = [tp, bytes](float* data, int64_t count) {
       tp->allreduce(data, size_t(count), parallel::ReduceOp::Sum);
       *bytes += count * int64_t(sizeof(float));
     };
-    p.may_report_logits = local_ == 0;
+    p.may_report_logits = tp_rank_ == 0;
   }
   return p;
 }
@@ -126,7 +134,7 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
     RankMemory m;
     m.rank = rank;
     m.stage = rank / s.stage_size();
-    const int local = rank % s.stage_size();
+    const int local = rank % s.stage_size() % s.tp;  // tensor rank
     m.first_layer = bounds[m.stage];
     m.last_layer = bounds[m.stage + 1];
     const model::TensorSlice sl = s.tp > 1 ? model::TensorSlice::of(c, local, s.tp) : model::TensorSlice::whole(c);

@@ -24,14 +24,15 @@ struct ParallelShape {
   int pp = 1;       // pipeline stages
   int ring = 1;     // ring-attention degree inside a stage
   int ulysses = 1;  // Ulysses degree inside a stage
-  int tp = 1;       // tensor-parallel degree inside a stage (not combined with ring/ulysses)
+  int tp = 1;       // tensor-parallel degree: a group of consecutive ranks inside each CP rank
   int stage_size() const { return ring * ulysses * tp; }
   int size() const { return pp * stage_size(); }
   std::string str() const;  // "pp=2 ring=1 ulysses=2 tp=1"
 };
 
-// Throws slope::Error naming the problem and valid alternatives: world size != product,
-// tp combined with ring/ulysses, tp or ulysses not fitting the heads, more stages than layers.
+// Throws slope::Error naming the problem and valid alternatives: world size != product, tp not
+// fitting the heads or the MLP, ulysses not fitting the heads of a tensor rank, more stages than
+// layers.
 void validate_shape(const ParallelShape& shape, int world_size, const model::ModelConfig& cfg,
                     int64_t num_tokens);
 
@@ -42,12 +43,15 @@ std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& 
 // This rank's place in the mesh, with the communicators it needs. Collective constructor.
 class Topology {
  public:
+  // Rank order inside a stage: context-parallel rank outer, tensor rank inner, so a tensor group
+  // is `tp` consecutive ranks (one node's fast links) and each tensor rank t has its own
+  // ring x ulysses mesh over the ranks with tensor rank t, running attention on its heads.
   Topology(parallel::Communicator& world, const ParallelShape& shape);
 
   const ParallelShape& shape() const { return shape_; }
   int stage() const { return stage_; }
   int local_rank() const { return local_; }
-  int tp_rank() const { return shape_.tp > 1 ? local_ : 0; }
+  int tp_rank() const { return tp_rank_; }
   bool context_parallel() const { return shape_.ring * shape_.ulysses > 1; }
   parallel::Communicator& world() const { return world_; }
   parallel::Communicator& stage_comm() const { return *stage_comm_; }
@@ -62,8 +66,10 @@ class Topology {
  private:
   parallel::Communicator& world_;
   ParallelShape shape_;
-  int stage_ = 0, local_ = 0;
+  int stage_ = 0, local_ = 0, tp_rank_ = 0;
   std::unique_ptr<parallel::Communicator> stage_comm_;
+  std::unique_ptr<parallel::Communicator> tp_comm_;  // the tensor group (tp > 1)
+  std::unique_ptr<parallel::Communicator> cp_comm_;  // same tensor rank across the stage (tp > 1, CP)
   std::unique_ptr<parallel::Mesh> cp_mesh_;
   std::shared_ptr<int64_t> tp_bytes_ = std::make_shared<int64_t>(0);
 };

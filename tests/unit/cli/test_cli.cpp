@@ -103,13 +103,14 @@ TEST(Cli, JsonOutputAndLogits) {
   EXPECT_EQ(fs::file_size(d / "logits.bin"), 512u * sizeof(float));
 }
 
-// KV written by every rank of a 2x2 mesh and merged equals the KV of one rank.
-TEST(Cli, ContextParallelKvMergeEqualsOneRank) {
-  fs::path d = temp_dir("kvmerge");
+// KV written by every rank of a 4-rank mesh and merged equals the KV of one rank: rows split
+// over context-parallel ranks, and (ring 2 x tp 2) heads split over tensor ranks as well.
+void expect_merged_kv_equals_one_rank(const std::string& name, const std::string& mesh_flags) {
+  fs::path d = temp_dir(name);
   const std::string common = " run --model " + kModel + " --random-tokens 77 --seed 5 --dtype f32 --kv-out ";
   auto one = sh(kSlope + common + (d / "one").string());
   ASSERT_EQ(one.code, 0) << one.out;
-  auto cp = sh(kMpirun + "-np 4 " + kSlope + common + (d / "cp").string() + " --ulysses 2 --ring 2");
+  auto cp = sh(kMpirun + "-np 4 " + kSlope + common + (d / "cp").string() + " " + mesh_flags);
   ASSERT_EQ(cp.code, 0) << cp.out;
   auto merge = sh(kSlope + " kv-merge --dir " + (d / "cp").string() + " --out " + (d / "merged.safetensors").string());
   ASSERT_EQ(merge.code, 0) << merge.out;
@@ -124,6 +125,12 @@ TEST(Cli, ContextParallelKvMergeEqualsOneRank) {
     ++compared;
   }
   EXPECT_EQ(compared, 8);  // 4 layers x {k, v}
+}
+
+TEST(Cli, ContextParallelKvMergeEqualsOneRank) { expect_merged_kv_equals_one_rank("kvmerge", "--ulysses 2 --ring 2"); }
+
+TEST(Cli, TensorTimesContextParallelKvMergeEqualsOneRank) {
+  expect_merged_kv_equals_one_rank("kvmerge_tpcp", "--ring 2 --tp 2");
 }
 
 TEST(Cli, KvMergeRejectsIncompleteShards) {
