@@ -4,12 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
-#include <climits>
 #include <iostream>
 
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
-#include "slope/parallel/comm.h"
+#include "slope/parallel/agreement.h"
 
 namespace slope::cli {
 
@@ -60,13 +59,11 @@ bool on_every_rank(parallel::Communicator& world, const std::string& command, co
     if (!error.empty()) throw Error(error);
     return true;
   }
-  // The lowest failing rank: the maximum of -rank over the ranks that failed.
-  int64_t neg_first = error.empty() ? INT64_MIN : -int64_t(world.rank());
-  world.allreduce(&neg_first, 1, parallel::ReduceOp::Max);
-  if (neg_first == INT64_MIN) return true;
-  if (-neg_first == world.rank())
-    std::cerr << "slope " << command << ": error" << (world.rank() == 0 ? "" : str_cat(" (rank ", world.rank(), ")"))
-              << ": " << error << "\n";
+  const parallel::AgreedError agreed = parallel::agree_on_error(world, error);
+  if (!agreed.failed()) return true;
+  if (world.rank() == 0)
+    std::cerr << "slope " << command << ": error" << (agreed.rank == 0 ? "" : str_cat(" (rank ", agreed.rank, ")"))
+              << ": " << agreed.message << "\n";
   return false;
 }
 

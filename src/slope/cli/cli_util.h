@@ -35,10 +35,11 @@ kernels::ComputeType parse_compute_dtype(const std::string& value, const std::st
 const char* compute_dtype_name(kernels::ComputeType t);
 inline constexpr const char* kDefaultComputeDtype = "bf16";
 
-// Runs `step` on every rank of `world`. When it throws slope::Error on any rank, the lowest such
-// rank prints the message once, every rank learns it, and false is returned on every rank, so a
-// user's mistake is reported once instead of by every rank, and no rank is left waiting.
-// `step` must not itself communicate (a rank may throw before reaching a collective).
+// Runs `step` on every rank of `world`. When it throws slope::Error on any rank, rank 0 prints
+// the message of the lowest such rank once and false is returned on every rank, so a user's
+// mistake is reported once instead of by every rank, and no rank is left waiting. `step` must
+// not itself communicate (a rank may throw before reaching a collective). On one rank the error
+// is rethrown.
 bool on_every_rank(parallel::Communicator& world, const std::string& command, const std::function<void()>& step);
 
 // One updating status line on stderr ("loading layer 12/36"), shown only when stderr is a

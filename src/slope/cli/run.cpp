@@ -17,10 +17,12 @@
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
 #include "slope/engine/distributed.h"
+#include "slope/engine/engine.h"
 #include "slope/engine/kv_export.h"
 #include "slope/engine/prefill.h"
 #include "slope/engine/topology.h"
 #include "slope/model/model.h"
+#include "slope/model/parallel_shape.h"
 #include "slope/parallel/cp_attention.h"
 #include "slope/parallel/mesh.h"
 #include "slope/parallel/mpi_comm.h"
@@ -129,13 +131,6 @@ CheckResult check_against_one_rank(const model::Model& model, const std::vector<
   return c;
 }
 
-// Default pipeline chunk: about four chunks per stage keeps the bubble near (P-1)/(4P+P-1)
-// while chunks stay large enough for efficient GEMMs.
-int64_t default_pp_chunk(int pp, int64_t n) {
-  if (pp <= 1) return 0;
-  return std::max<int64_t>(256, (n + 4 * pp - 1) / (4 * pp));
-}
-
 std::string gb(int64_t bytes) { return str_cat(std::fixed, std::setprecision(3), double(bytes) / 1e9, " GB"); }
 
 // Prints each rank's predicted memory; with --max-memory, refuses a shape that does not fit
@@ -161,7 +156,7 @@ void check_memory(const RunArgs& a, const model::ModelConfig& cfg, const engine:
     for (const engine::ParallelShape& s : engine::all_shapes(w, cfg, q.num_tokens)) {
       engine::MemoryQuery alt = q;
       alt.shape = s;
-      alt.pp_chunk = default_pp_chunk(s.pp, q.num_tokens);
+      alt.pp_chunk = model::default_pipeline_chunk(s.pp, q.num_tokens);
       int64_t alt_worst = 0;
       for (const auto& m : engine::estimate_memory(cfg, alt)) alt_worst = std::max(alt_worst, m.total());
       if (alt_worst <= a.max_memory)
@@ -224,7 +219,7 @@ RunPlan plan_run(const RunArgs& a, int world_size, bool lead) {
   p.n = int64_t(p.prompts[0].size());
   // A dry run computes nothing, so it predicts any mesh from one process.
   engine::validate_shape(p.shape, a.dry_run ? p.shape.size() : world_size, p.cfg, p.n);
-  p.pp_chunk = a.pp_chunk >= 0 ? a.pp_chunk : default_pp_chunk(a.pp, p.n);
+  p.pp_chunk = a.pp_chunk >= 0 ? a.pp_chunk : model::default_pipeline_chunk(a.pp, p.n);
 
   p.mq.shape = p.shape;
   p.mq.num_tokens = n_max;
@@ -246,106 +241,61 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   const std::vector<std::vector<int32_t>>& prompts = plan.prompts;
   const engine::ParallelShape& shape = plan.shape;
   const int64_t n = plan.n, pp_chunk = plan.pp_chunk;
-  const engine::MemoryQuery& mq = plan.mq;
 
   TerminalProgress progress(rank == 0 && !a.quiet);
-  engine::Topology topo(world, shape);
-  const std::vector<int> bounds = engine::balance_stages(cfg, a.pp, n);
-  model::LoadOptions lo;
-  lo.compute = compute;
-  lo.first_layer = bounds[topo.stage()];
-  lo.last_layer = bounds[topo.stage() + 1];
-  lo.load_embedding = topo.stage() == 0;
-  lo.load_head = topo.stage() == a.pp - 1;
-  lo.tp_rank = topo.tp_rank();
-  lo.tp_size = a.tp;
-  lo.on_layer_loaded = [&](int done, int total) {
+  engine::EngineConfig ec;
+  ec.model_dir = a.model_dir;
+  ec.mesh = shape;
+  ec.compute = compute;
+  ec.gemm_chunk = a.chunk;
+  ec.pp_chunk = pp_chunk;
+  ec.timeout_s = a.timeout;
+  ec.max_memory = a.max_memory;
+  ec.balance_tokens = n;  // stages balanced for the first prompt
+  ec.on_layer_loaded = [&](int done, int total) {
     progress.update(str_cat("loading ", a.model_dir, ": layer ", done, "/", total), done == total);
   };
   const double t_load = now_seconds();
-  std::unique_ptr<model::Model> model;
-  if (!on_every_rank(world, "run", [&] { model = model::Model::load(a.model_dir, lo); })) return kExitError;
+  std::unique_ptr<engine::PrefillEngine> eng;
+  try {
+    eng = std::make_unique<engine::PrefillEngine>(ec, world);  // every rank throws the same error
+  } catch (const Error& e) {
+    if (W == 1) throw;
+    if (rank == 0) std::cerr << "slope run: error: " << e.what() << "\n";
+    return kExitError;
+  }
   const double load_s = now_seconds() - t_load;
   progress.done();
+  const model::Model* model = &eng->model();
 
-  std::unique_ptr<model::AttentionRunner> runner;
-  parallel::ContextParallelAttention* cp = nullptr;
-  if (topo.cp_mesh()) {
-    auto r = std::make_unique<parallel::ContextParallelAttention>(*topo.cp_mesh());
-    cp = r.get();
-    runner = std::move(r);
-  } else {
-    runner = std::make_unique<model::LocalAttention>();
-  }
-  engine::PrefillOptions po;
-  po.chunk_tokens = a.chunk;
-  po.top_k = a.top_k;
-  po.keep_kv = !a.kv_out.empty() || a.check;
+  engine::PrefillRequest request;
+  request.prompts = prompts;
+  request.top_k = a.top_k;
+  request.keep_kv = !a.kv_out.empty() || a.check;
   if (progress.active())
-    po.on_progress = [&](const engine::PrefillProgress& p) {
+    request.on_progress = [&](const engine::PrefillProgress& p) {
       progress.update(str_cat("prefill", p.prompts > 1 ? str_cat(" prompt ", p.prompt + 1, "/", p.prompts) : "", ": ",
                               p.tokens_done, "/", p.tokens, " tokens, layer ", p.layer, "/", p.layers));
     };
-  engine::PipelineTimes pt;
-  world.barrier();
-  const double t0 = now_seconds();
-  std::vector<engine::PrefillResult> results =
-      engine::run_prefill(*model, prompts, pp_chunk, topo.stage_plan(), *runner, po, &pt);
-  for (auto& r : results) engine::share_logits(r, world, a.top_k);
-  const double ttft = now_seconds() - t0;  // every prompt's first token known on every rank
+  if (!on_every_rank(world, "run", [&] { eng->validate(request); })) return kExitError;
+  engine::PrefillOutput output = eng->prefill(request);
   progress.done();
+  std::vector<engine::PrefillResult>& results = output.results;
+  const double ttft = output.ttft_s;
   engine::PrefillResult& r = results.back();
+  const engine::RankReport& mine = output.report;
+  const std::vector<engine::RankReport>& reports = output.reports;
 
-  engine::RankReport mine;
-  mine.rank = rank;
-  for (const auto& res : results) {
-    mine.tokens += res.shard.local_tokens();
-    mine.prefill_seconds += res.seconds;
-    mine.attention_seconds += res.times.attention;
-    mine.other_compute_seconds += res.times.embed + res.times.norm_qkv_rope + res.times.o_proj +
-                                  res.times.mlp + res.times.lm_head;
-    mine.tp_seconds += res.times.tp_allreduce;
-    // The KV cache held during the prefill (kept afterwards only with --kv-out / --check).
-    mine.kv_bytes += res.shard.local_tokens() * (model->last_layer() - model->first_layer()) * 2 *
-                     model->slice().kv_heads * cfg.head_dim * int64_t(sizeof(float));
-  }
-  mine.stage = topo.stage();
-  mine.weight_bytes = int64_t(model->weight_bytes());
-  mine.pipe_wait_seconds = pt.recv_wait_seconds + pt.send_wait_seconds;
-  mine.bytes_sent = pt.bytes_sent;
-  mine.bytes_received = pt.bytes_received;
-  if (cp) {
-    mine.cp_compute_seconds = cp->stats().compute_seconds;
-    mine.cp_comm_seconds = cp->stats().comm_seconds;
-    mine.cp_wait_seconds = cp->stats().wait_seconds;
-    mine.bytes_sent += cp->stats().bytes_sent;
-    mine.bytes_received += cp->stats().bytes_received;
-  } else {
-    mine.cp_compute_seconds = mine.attention_seconds;
-  }
-  if (a.tp > 1) {  // all-reduce payload, each way
-    mine.bytes_sent += topo.tp_payload_bytes();
-    mine.bytes_received += topo.tp_payload_bytes();
-  }
-  mine.peak_rss_bytes = peak_rss_bytes();
-  // Activations are not tracked allocation by allocation: report the prediction (--dry-run's).
-  mine.activation_bytes = engine::estimate_memory(cfg, mq).at(rank).activations;
-  const std::vector<engine::RankReport> reports = engine::gather_reports(mine, world);
-
-  // Under tensor parallelism with replicated KV heads only the first holder of a head writes it.
-  const model::TensorSlice& sl = model->slice();
-  const bool writes_kv = sl.size == 1 || cfg.num_kv_heads >= sl.size ||
-                         sl.rank % (sl.size / cfg.num_kv_heads) == 0;
-  if (!a.kv_out.empty() && writes_kv) {
+  if (!a.kv_out.empty() && output.kv.owner) {
     engine::KvWriteOptions ko;
     ko.dtype = a.kv_dtype == "bf16" ? DType::BF16 : DType::F32;
     ko.model_name = a.model_dir;
     ko.rank = rank;
     ko.world_size = W;
-    ko.kv_head0 = sl.kv_head0;
+    ko.kv_head0 = output.kv.kv_head0;
     for (size_t b = 0; b < results.size(); ++b) {
       const std::string dir = results.size() == 1 ? a.kv_out : str_cat(a.kv_out, "/prompt", b);
-      engine::write_kv_shard(engine::kv_shard_path(dir, rank, W), results[b], cfg, model->first_layer(), ko);
+      engine::write_kv_shard(engine::kv_shard_path(dir, rank, W), results[b], cfg, output.kv.first_layer, ko);
     }
   }
   if (rank == 0 && !a.logits_out.empty()) write_logits(a.logits_out, r.logits);
@@ -356,7 +306,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     std::unique_ptr<model::Model> reference;  // rank 0: the whole model, loaded once for all prompts
     for (size_t b = 0; b < results.size(); ++b) {
       std::vector<Tensor> k, v;
-      engine::gather_kv(results[b], model->first_layer(), sl.kv_head0, cfg, world, k, v);
+      engine::gather_kv(results[b], output.kv.first_layer, output.kv.kv_head0, cfg, world, k, v);
       CheckResult one;
       if (rank == 0) {
         model::LoadOptions whole;

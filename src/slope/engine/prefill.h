@@ -20,6 +20,8 @@ struct PrefillOptions {
   bool keep_kv = true;          // keep every layer's K/V (else one reused buffer)
   // Called after each decoder layer of each chunk (run_prefill): progress on a terminal.
   std::function<void(const struct PrefillProgress&)> on_progress;
+  // Per-layer buffers to reuse (a long-lived engine's); nullptr: run_prefill makes its own.
+  model::LayerBuffers* buffers = nullptr;
 };
 
 // Where a prefill is: this rank's stage has run `layer` of `layers` layers of the chunk that

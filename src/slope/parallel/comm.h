@@ -23,6 +23,7 @@ enum class Tag : int {
   Halo = 20,      // sliding-window halo rows
   Pipeline = 30,  // pipeline-parallel activations
   Gather = 40,    // results gathered to one rank
+  Control = 50,   // requests shipped by a coordinator rank (engine::PrefillEngine)
   Test = 90,
 };
 

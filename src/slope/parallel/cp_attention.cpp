@@ -111,7 +111,7 @@ void ContextParallelAttention::attend_full(const LayerAttention& spec, const Zig
   if (U > 1) {
     // [my tokens, all heads] -> [group tokens (= ring shard), my heads], sinks of my heads.
     ulysses = std::make_unique<UlyssesExchange>(mesh_.ulysses_comm(), lay, mesh_.ring_rank(),
-                                                spec.shape);
+                                                spec.shape, ulysses_buffers_);
     const HeadSlice& h = ulysses->my_heads();
     ulysses->scatter_heads(q, k, v, q_g_, k_g_, v_g_, stats_);
     local.shape = {h.nq, h.nkv, D};
@@ -170,7 +170,7 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
     return;
   }
 
-  UlyssesRows ulysses(mesh_.ulysses_comm(), spec.shape);
+  UlyssesRows ulysses(mesh_.ulysses_comm(), spec.shape, ulysses_buffers_);
   const HeadSlice& h = ulysses.my_heads();
   KvCache scratch;
   KvCache& cache = options_.cache_kv ? kv_cache_[spec.layer] : scratch;

@@ -60,6 +60,7 @@
 #include "slope/parallel/ring_attention.h"
 #include "slope/parallel/shard.h"
 #include "slope/parallel/shard_exchange.h"
+#include "slope/parallel/ulysses.h"
 
 namespace slope::parallel {
 
@@ -130,6 +131,7 @@ class ContextParallelAttention : public model::AttentionRunner {
   RingAttention ring_;
   HaloExchange halo_;
   std::vector<float> q_g_, k_g_, v_g_, out_g_, lse_;
+  UlyssesBuffers ulysses_buffers_;  // all-to-all staging, reused by every layer and prefill
   std::map<int, KvCache> kv_cache_;  // by layer
 };
 

@@ -65,6 +65,7 @@ const char* tag_name(Tag tag) {
     case Tag::Halo: return "sliding-window halo";
     case Tag::Pipeline: return "pipeline activations";
     case Tag::Gather: return "gathered result";
+    case Tag::Control: return "request from the coordinator";
     case Tag::Test: return "test message";
   }
   return "message";

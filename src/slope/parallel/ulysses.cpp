@@ -65,8 +65,8 @@ void pack_heads(const std::vector<HeadSlice>& heads, const std::vector<int64_t>&
 }  // namespace
 
 UlyssesExchange::UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
-                                 const kernels::AttentionShape& shape)
-    : comm_(comm), layout_(layout), ring_rank_(ring_rank), shape_(shape) {
+                                 const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
+    : comm_(comm), layout_(layout), ring_rank_(ring_rank), shape_(shape), send_(buffers.send), recv_(buffers.recv) {
   const int U = comm.size();
   SLOPE_CHECK(U == layout.shape().ulysses, "Ulysses group of ", U, " ranks for a mesh with U=",
               layout.shape().ulysses);
@@ -175,8 +175,8 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
   stats.compute_seconds += now_seconds() - t0;
 }
 
-UlyssesRows::UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape)
-    : comm_(comm), shape_(shape) {
+UlyssesRows::UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
+    : comm_(comm), shape_(shape), send_(buffers.send), recv_(buffers.recv) {
   const int U = comm.size();
   const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
   SLOPE_CHECK(Hq % U == 0 && (Hkv % U == 0 || U % Hkv == 0), "--ulysses ", U, " cannot split ",

@@ -27,12 +27,18 @@ struct HeadSlice {
 };
 HeadSlice ulysses_heads(int u, int U, int64_t num_q_heads, int64_t num_kv_heads);
 
+// Staging buffers of the all-to-alls, owned by the caller and kept across layers and prefills:
+// grown to the largest exchange, never shrunk, so that no layer call takes fresh pages.
+struct UlyssesBuffers {
+  std::vector<float> send, recv;
+};
+
 class UlyssesExchange {
  public:
   // comm: the Ulysses group (size U, rank u); layout: the zigzag layout of this prompt;
   // ring_rank: the group's ring rank.
   UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
-                  const kernels::AttentionShape& shape);
+                  const kernels::AttentionShape& shape, UlyssesBuffers& buffers);
 
   const HeadSlice& my_heads() const { return heads_[comm_.rank()]; }
   int64_t group_rows() const { return group_rows_; }
@@ -55,7 +61,8 @@ class UlyssesExchange {
   std::vector<HeadSlice> heads_;
   std::vector<int64_t> rows_;  // rows held by each Ulysses rank
   int64_t group_rows_ = 0;
-  std::vector<float> send_, recv_;
+  std::vector<float>& send_;
+  std::vector<float>& recv_;
 };
 
 // The same exchange for any rows (chunked prefill): rank j contributes q_rows[j] query rows and
@@ -64,7 +71,7 @@ class UlyssesExchange {
 // can send only the K/V rows a peer does not have yet.
 class UlyssesRows {
  public:
-  UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape);
+  UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers);
 
   const HeadSlice& my_heads() const { return heads_[comm_.rank()]; }
 
@@ -81,7 +88,8 @@ class UlyssesRows {
   Communicator& comm_;
   kernels::AttentionShape shape_;
   std::vector<HeadSlice> heads_;
-  std::vector<float> send_, recv_;
+  std::vector<float>& send_;
+  std::vector<float>& recv_;
 };
 
 }  // namespace slope::parallel

@@ -127,11 +127,6 @@ double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64
   return work;
 }
 
-int64_t default_pipeline_chunk(int P, int64_t tokens) {
-  if (P <= 1) return 0;
-  return std::max<int64_t>(256, (tokens + 4 * P - 1) / (4 * int64_t(P)));
-}
-
 std::string Mesh::str() const {
   std::ostringstream os;
   const char* sep = "";

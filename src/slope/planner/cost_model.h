@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "slope/model/config.h"
+#include "slope/model/parallel_shape.h"
 #include "slope/planner/hardware_profile.h"
 
 namespace slope::planner {
@@ -86,8 +87,9 @@ double elementwise_bytes_per_token(const model::ModelConfig& cfg, int tp, const 
 double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t window, int64_t bq,
                            int64_t bk, double row_overhead);
 
-// The engine's default pipeline chunk (slope run): max(256, ceil(N / (4P))) for P > 1, else 0.
-int64_t default_pipeline_chunk(int P, int64_t tokens);
+// The engine's default pipeline chunk, max(256, ceil(N / (4P))) for P > 1, else 0: one
+// definition for both (model/parallel_shape.h).
+using model::default_pipeline_chunk;
 
 // ---- The prediction -------------------------------------------------------------------------
 

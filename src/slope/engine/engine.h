@@ -1,0 +1,117 @@
+// engine::PrefillEngine: a long-lived prefill engine on one rank of a mesh. Built once from an
+// EngineConfig (collective: topology, this rank's weights, the attention runner, buffers), it
+// then runs prefill after prefill on the live mesh, for prompts of any length.
+//
+// Two ways to drive it:
+//  - collective: every rank calls prefill(request) with the same request (`slope run`);
+//  - coordinator: rank 0 calls submit(request), which ships the request to the other ranks,
+//    and they sit in serve() between requests (a server's instance). Waiting ranks sleep
+//    between polls (no busy-waiting in a blocking MPI call), so an idle instance costs no CPU.
+//
+// Errors a request can cause (bad ids, a prompt too long for the model or for --max-memory)
+// are slope::Error thrown by validate(), before any rank communicates: the engine stays usable
+// for the next request. An error inside the mesh (a peer died, a timeout) leaves the engine
+// unusable; every later call says so (the instance must be restarted).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "slope/engine/distributed.h"
+#include "slope/engine/executor.h"
+#include "slope/engine/topology.h"
+#include "slope/kernels/gemm.h"
+#include "slope/model/model.h"
+
+namespace slope::parallel {
+class ContextParallelAttention;
+}
+
+namespace slope::engine {
+
+struct EngineConfig {
+  std::string model_dir;
+  ParallelShape mesh;                                      // pp x ring x ulysses x tp ranks
+  kernels::ComputeType compute = kernels::ComputeType::BF16;
+  int threads = 0;                                         // OpenMP threads per rank; 0: leave as set
+  int64_t gemm_chunk = 1024;                               // rows per chunk of the token-local work
+  int64_t pp_chunk = -1;                                   // tokens per pipeline chunk; -1: default per request
+  double timeout_s = 300;                                  // a rank waits this long for a peer
+  int64_t max_memory = 0;                                  // bytes a rank may need (predicted); 0: no limit
+  int64_t balance_tokens = 4096;                           // prompt length the stages are balanced for
+  std::function<void(int, int)> on_layer_loaded;           // progress while loading (layers done, total)
+};
+
+struct PrefillRequest {
+  std::vector<std::vector<int32_t>> prompts;  // one prompt, or a batch (pipelined as micro-batches)
+  int top_k = 5;
+  bool keep_kv = false;                       // keep this rank's KV shard in the result
+  int64_t pp_chunk = -1;                      // -1: the engine's (EngineConfig::pp_chunk or default)
+  std::function<void(const PrefillProgress&)> on_progress;  // this rank only; not shipped
+};
+
+// Where this rank's KV shard sits in the whole cache: layers [first_layer, first_layer + layers),
+// KV heads [kv_head0, kv_head0 + kv_heads), rows at the global positions of result.shard.
+struct KvShardInfo {
+  int first_layer = 0, layers = 0;
+  int64_t kv_head0 = 0, kv_heads = 0;
+  bool owner = true;  // false on tensor ranks that hold a replica of another rank's KV heads
+};
+
+struct PrefillOutput {
+  std::vector<PrefillResult> results;  // per prompt: first token, top logprobs, logits (every rank)
+  int64_t pp_chunk = 0;                // the pipeline chunk used
+  double ttft_s = 0;                   // start to every prompt's first token known on every rank
+  KvShardInfo kv;
+  RankReport report;                   // this rank
+  std::vector<RankReport> reports;     // every rank's, on rank 0 only
+};
+
+class PrefillEngine {
+ public:
+  // Collective over `world` (every rank, same config). Throws slope::Error naming the problem
+  // for an impossible mesh or bad model files.
+  PrefillEngine(const EngineConfig& config, parallel::Communicator& world);
+  ~PrefillEngine();
+  PrefillEngine(const PrefillEngine&) = delete;
+  PrefillEngine& operator=(const PrefillEngine&) = delete;
+
+  const EngineConfig& config() const { return config_; }
+  const model::ModelConfig& model_config() const { return model_->config(); }
+  const model::Model& model() const { return *model_; }
+  const Topology& topology() const { return *topo_; }
+  int rank() const { return world_.rank(); }
+
+  // Throws slope::Error for a request this engine cannot run; communicates with no one.
+  void validate(const PrefillRequest& request) const;
+  // Collective: every rank calls it with the same request. Validates first.
+  PrefillOutput prefill(const PrefillRequest& request);
+
+  // Coordinator (rank 0): validates, ships the request to every rank, and runs it. The other
+  // ranks must be in serve().
+  PrefillOutput submit(const PrefillRequest& request);
+  // Coordinator: lets the other ranks leave serve().
+  void shutdown();
+  // Other ranks: runs shipped requests until shutdown(); `on_result` sees each result here.
+  // Between requests the rank sleeps between polls for the next one.
+  void serve(const std::function<void(const PrefillOutput&)>& on_result = {});
+
+ private:
+  PrefillOutput run(const PrefillRequest& request);
+  void ship(const PrefillRequest* request);  // rank 0; nullptr: shutdown
+
+  EngineConfig config_;
+  parallel::Communicator& world_;
+  std::unique_ptr<Topology> topo_;
+  std::unique_ptr<model::Model> model_;
+  std::unique_ptr<model::AttentionRunner> runner_;
+  parallel::ContextParallelAttention* cp_ = nullptr;  // runner_ when context-parallel
+  model::LayerBuffers buffers_;                       // per-layer buffers kept across prefills
+  std::vector<int> stage_bounds_;
+  std::string broken_;                                // why the engine is unusable, if it is
+};
+
+}  // namespace slope::engine
