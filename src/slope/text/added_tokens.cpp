@@ -2,6 +2,7 @@
 
 #include <utf8proc.h>
 
+#include "slope/text/unicode_proxy.h"
 #include "slope/text/utf8.h"
 
 namespace slope::text {
@@ -16,7 +17,7 @@ bool is_whitespace(char32_t c) {
 // A word character for single_word: alphanumeric or '_'.
 bool is_word_char(char32_t c) {
   if (c == '_') return true;
-  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  const auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(unicode_proxy(c)));
   switch (cat) {
     case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT: case UTF8PROC_CATEGORY_LM:
     case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_NL: case UTF8PROC_CATEGORY_NO:

@@ -135,7 +135,7 @@ class Replace : public Decoder {
  public:
   explicit Replace(std::unique_ptr<Normalizer> r) : replace_(std::move(r)) {}
   void decode_chain(std::vector<std::string>& tokens) const override {
-    for (std::string& t : tokens) replace_->normalize(t);
+    for (std::string& t : tokens) replace_->normalize(t);  // decoding has no offsets to track
   }
 
  private:

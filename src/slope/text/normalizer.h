@@ -12,7 +12,14 @@ namespace slope::text {
 class Normalizer {
  public:
   virtual ~Normalizer() = default;
-  virtual void normalize(std::string& s) const = 0;
+  // `at_origin`: whether the first character still maps to the first character of the input;
+  // `tokenizers` ties a replacement to the last character it removes, so a Replace at offset 0
+  // that shortens the text clears it (Metaspace's prepend_scheme "first" reads it).
+  virtual void normalize(std::string& s, bool& at_origin) const = 0;
+  void normalize(std::string& s) const {
+    bool ignored = true;
+    normalize(s, ignored);
+  }
 };
 
 // Null json gives nullptr (no normalizer). Unknown types throw slope::Error naming the type.

@@ -9,6 +9,7 @@
 #include <utf8proc.h>
 
 #include "slope/text/regex.h"
+#include "slope/text/unicode_proxy.h"
 #include "slope/text/utf8.h"
 
 namespace slope::text {
@@ -266,7 +267,7 @@ char32_t single_char(const std::string& s, const std::string& where) {
 }
 
 bool is_numeric(char32_t c) {
-  const utf8proc_category_t cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+  const utf8proc_category_t cat = utf8proc_category(static_cast<utf8proc_int32_t>(unicode_proxy(c)));
   return cat == UTF8PROC_CATEGORY_ND || cat == UTF8PROC_CATEGORY_NL || cat == UTF8PROC_CATEGORY_NO;
 }
 }  // namespace

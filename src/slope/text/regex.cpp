@@ -4,6 +4,7 @@
 #include <pcre2.h>
 
 #include "slope/core/error.h"
+#include "slope/text/unicode_proxy.h"
 
 namespace slope::text {
 namespace {
@@ -52,6 +53,9 @@ Regex::Regex(const std::string& pattern) : impl_(std::make_shared<Impl>()), patt
 
 void Regex::find_all(std::string_view subject, std::vector<std::pair<size_t, size_t>>& out) const {
   ThreadState& ts = thread_state();
+  // Characters newer than PCRE2's Unicode tables are matched as stand-ins of their class.
+  thread_local std::string proxy;
+  if (unicode_proxy_text(subject, proxy)) subject = proxy;
   const auto* s = reinterpret_cast<PCRE2_SPTR>(subject.data());
   size_t pos = 0;
   const auto next_char = [&](size_t i) {

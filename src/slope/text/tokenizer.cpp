@@ -67,6 +67,7 @@ struct Tokenizer::Impl {
   std::vector<Template> post;
   std::vector<AddedToken> added;
   std::unordered_map<int32_t, const AddedToken*> added_by_id;
+  std::unordered_map<int32_t, std::string> added_text;  // what decode gives: normalized content when normalized
   std::unordered_map<std::string, int32_t> added_by_content;
   std::optional<AddedTokenMatcher> raw_matcher, normalized_matcher;
 
@@ -140,8 +141,10 @@ Tokenizer Tokenizer::from_json(const std::string& text) {
       if (t.normalized) {
         std::string n = t.content;
         if (impl->normalizer) impl->normalizer->normalize(n);
+        impl->added_text[t.id] = n;
         norm_p.push_back(n), norm_t.push_back(&t);
       } else {
+        impl->added_text[t.id] = t.content;
         raw_p.push_back(t.content), raw_t.push_back(&t);
       }
     }
@@ -153,7 +156,7 @@ Tokenizer Tokenizer::from_json(const std::string& text) {
 
 void Tokenizer::Impl::encode_piece(std::string_view raw, bool at_start, std::vector<int32_t>& ids) const {
   std::string text(raw);
-  if (normalizer) normalizer->normalize(text);
+  if (normalizer) normalizer->normalize(text, at_start);
   std::vector<AddedTokenMatcher::Segment> segs;
   if (normalized_matcher->empty()) segs.push_back({0, text.size(), -1});
   else normalized_matcher->split(text, segs);
@@ -196,8 +199,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special) 
 }
 
 const std::string& Tokenizer::id_to_token(int32_t id) const {
-  auto it = impl_->added_by_id.find(id);
-  if (it != impl_->added_by_id.end()) return it->second->content;
+  auto it = impl_->added_text.find(id);
+  if (it != impl_->added_text.end()) return it->second;
   const std::string* t = impl_->model->id_to_token(id);
   SLOPE_CHECK(t, "token id ", id, " is not in the tokenizer's vocabulary (ids 0..", vocab_size() - 1, ")");
   return *t;
