@@ -128,6 +128,9 @@ Tokenizer Tokenizer::from_json(const std::string& text) {
     t.normalized = get_or<bool>(a, "normalized", !t.special, where);
     SLOPE_CHECK(t.id >= 0 && !t.content.empty(), "tokenizer.json: ", where, " needs a non-empty content and an id >= 0");
     SLOPE_CHECK(utf8_invalid_offset(t.content) == std::string::npos, "tokenizer.json: ", where, " is not valid UTF-8");
+    const int32_t in_vocab = impl->model->token_to_id(t.content);
+    SLOPE_CHECK(in_vocab < 0 || in_vocab == t.id, "tokenizer.json: ", where, " has id ", t.id, " but the vocab has it at id ",
+                in_vocab, "; `tokenizers` would use ", in_vocab, ", so the file is inconsistent: fix one of the two");
     impl->added.push_back(std::move(t));
   }
   // Special tokens are listed first, as `tokenizers` builds its matchers.
