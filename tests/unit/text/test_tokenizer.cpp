@@ -31,7 +31,7 @@ json byte_level() {
                                                           json{{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
                                   {"special_tokens", {{"<|bos|>", {{"id", "<|bos|>"}, {"ids", {7}}, {"tokens", {"<|bos|>"}}}}}}}},
               {"decoder", {{"type", "ByteLevel"}}},
-              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({json::array({"a", "b"}), json::array({"ab", "c"})})}}}};
+              {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array({json::array({"a", "b"}), json::array({"ab", "c"}), json::array({"b", "c"})})}}}};
 }
 
 std::string error_of(const json& j) {
@@ -46,7 +46,8 @@ std::string error_of(const json& j) {
 TEST(Tokenizer, MergesInRankOrderAndBos) {
   const Tokenizer t = Tokenizer::from_json(byte_level().dump());
   EXPECT_EQ(t.encode("abc"), (Ids{7, 4}));
-  EXPECT_EQ(t.encode("abc", false), (Ids{4}));
+  EXPECT_EQ(t.encode("abc", false), (Ids{4}));  // a+b (rank 0) before b+c (rank 2)
+  EXPECT_EQ(t.encode("bcabc", false), (Ids{5, 4}));
   EXPECT_EQ(t.encode("ab<|bos|>c", false), (Ids{3, 7, 2}));  // the special token is cut out first
   EXPECT_EQ(t.encode("", true), (Ids{7}));
   EXPECT_EQ(t.decode({7, 4, 6, 0}), "<|bos|>abc a");
