@@ -1,5 +1,5 @@
 // Single-thread encode speed of slope::text::Tokenizer on a text file: the whole file as one
-// text, each line as its own request, and a prompt of about 100K tokens (a prefix of the file)
+// text, each line as its own request, and a prompt of about 100K tokens (the first lines)
 // encoded by a freshly loaded tokenizer, so its word cache starts empty.
 //
 //   bench_tokenizer tests/text/tokenizers/llama3/tokenizer.json CORPUS
@@ -53,10 +53,15 @@ int main(int argc, char** argv) {
                   pass == 0 ? "cold" : "fresh tokenizer again", mb, n, whole, mb / whole, double(n) / whole / 1e6,
                   lines.size(), per_line, mb / per_line, double(nl) / per_line / 1e6);
     }
-    // A 100K-token prompt: the prefix of the text that encodes to about 100K tokens.
+    // A 100K-token prompt: the first lines of the text that hold 100K tokens between them.
     const slope::text::Tokenizer probe = slope::text::Tokenizer::from_file(argv[1]);
-    const double bytes_per_token = double(text.size()) / double(probe.encode(text, false).size());
-    const std::string prompt = text.substr(0, std::min(text.size(), size_t(100000 * bytes_per_token)));
+    size_t end = 0, counted = 0;
+    for (std::string_view l : lines) {
+      if (counted >= 100000) break;
+      counted += probe.encode(l, false).size() + 1;
+      end = size_t(l.data() - text.data()) + l.size() + 1;
+    }
+    const std::string prompt = text.substr(0, std::min(end, text.size()));
     const slope::text::Tokenizer fresh = slope::text::Tokenizer::from_file(argv[1]);
     double t0 = now();
     const size_t np = fresh.encode(prompt).size();

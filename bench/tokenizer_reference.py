@@ -33,8 +33,11 @@ def main():
         per_line = time.perf_counter() - t0
         print(f"tokenizers ({name}): whole text {mb:.1f} MB, {n} tokens: {whole:.3f} s, {mb / whole:.2f} MB/s, "
               f"{n / whole / 1e6:.2f}M tokens/s | {len(lines)} lines: {per_line:.3f} s, {mb / per_line:.2f} MB/s")
-    bpt = len(text) / len(tok.encode(text, add_special_tokens=False).ids)
-    prompt = text[: int(100000 * bpt)]
+    counted, k = 0, 0
+    while counted < 100000 and k < len(lines):  # the first lines holding 100K tokens, as bench_tokenizer
+        counted += len(tok.encode(lines[k], add_special_tokens=False).ids) + 1
+        k += 1
+    prompt = "\n".join(lines[:k]) + ("\n" if k < len(lines) else "")
     fresh = Tokenizer.from_file(path)
     t0 = time.perf_counter()
     np_ = len(fresh.encode(prompt).ids)
