@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
       libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev
       libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev
-      gnuplot-nox python3 pkg-config libpcre2-dev libutf8proc-dev)
+      gnuplot-nox python3 python3-venv pkg-config libpcre2-dev libutf8proc-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
