@@ -132,10 +132,14 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
       return;
     }
   }
-  const bool cacheable = word.size() <= kCacheMaxWordBytes;
-  if (cacheable) {
+  if (word.size() > kCacheMaxWordBytes) {
+    merge_word(word, out);
+    return;
+  }
+  std::string key(word);
+  {
     std::lock_guard<std::mutex> lock(cache_mutex_);
-    auto it = cache_.find(std::string(word));
+    auto it = cache_.find(key);
     if (it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
@@ -143,11 +147,9 @@ void Bpe::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   }
   const size_t first = out.size();
   merge_word(word, out);
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(cache_mutex_);
-    if (cache_.size() >= kCacheMaxEntries) cache_.clear();
-    cache_.emplace(std::string(word), std::vector<int32_t>(out.begin() + long(first), out.end()));
-  }
+  std::lock_guard<std::mutex> lock(cache_mutex_);
+  if (cache_.size() >= kCacheMaxEntries) cache_.clear();
+  cache_.emplace(std::move(key), std::vector<int32_t>(out.begin() + long(first), out.end()));
 }
 
 void Bpe::merge_word(std::string_view word, std::vector<int32_t>& out) const {

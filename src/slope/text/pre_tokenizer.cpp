@@ -189,8 +189,14 @@ class ByteLevel : public PreTokenizer {
     const ByteTable& t = byte_table();
     std::string mapped;
     for (Piece& p : pieces) {
-      mapped.clear();
-      for (char c : p.text) mapped += t.to_char[static_cast<unsigned char>(c)];
+      mapped.resize(p.text.size() * 2);  // each byte becomes a 1- or 2-byte character
+      char* o = mapped.data();
+      for (char c : p.text) {
+        const std::string& ch = t.to_char[static_cast<unsigned char>(c)];
+        *o++ = ch[0];
+        if (ch.size() == 2) *o++ = ch[1];
+      }
+      mapped.resize(size_t(o - mapped.data()));
       p.text.swap(mapped);
     }
   }

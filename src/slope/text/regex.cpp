@@ -38,6 +38,7 @@ ThreadState& thread_state() {
 
 struct Regex::Impl {
   pcre2_code* code = nullptr;
+  bool jit = false;  // compiled to machine code: matched with pcre2_jit_match, which skips the option checks
   ~Impl() { pcre2_code_free(code); }
 };
 
@@ -48,7 +49,7 @@ Regex::Regex(const std::string& pattern) : impl_(std::make_shared<Impl>()), patt
                               PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &err, &off, nullptr);
   SLOPE_CHECK(impl_->code, "regex '", pattern, "' does not compile at offset ", off, ": ", pcre2_message(err),
               "; fix the pattern in tokenizer.json");
-  pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE);  // falls back to the interpreter if JIT is unavailable
+  impl_->jit = pcre2_jit_compile(impl_->code, PCRE2_JIT_COMPLETE) == 0;  // else the interpreter runs it
 }
 
 void Regex::find_all(std::string_view subject, std::vector<std::pair<size_t, size_t>>& out) const {
@@ -64,7 +65,8 @@ void Regex::find_all(std::string_view subject, std::vector<std::pair<size_t, siz
     return j;
   };
   while (pos <= subject.size()) {
-    const int rc = pcre2_match(impl_->code, s, subject.size(), pos, PCRE2_NO_UTF_CHECK, ts.data, ts.ctx);
+    const int rc = impl_->jit ? pcre2_jit_match(impl_->code, s, subject.size(), pos, 0, ts.data, ts.ctx)
+                              : pcre2_match(impl_->code, s, subject.size(), pos, PCRE2_NO_UTF_CHECK, ts.data, ts.ctx);
     if (rc == PCRE2_ERROR_NOMATCH) return;
     SLOPE_CHECK(rc >= 0, "regex '", pattern_, "' failed on a ", subject.size(), "-byte piece: ", pcre2_message(rc));
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(ts.data);
