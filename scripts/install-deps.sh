@@ -7,10 +7,10 @@ set -euo pipefail
 # runtime), but only *recommends* the packages that satisfy it; we install with
 # --no-install-recommends, so they are named here.
 pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
-      libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev)
+      libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev pkg-config libpcre2-dev libutf8proc-dev)
 for arg in "$@"; do
   case "$arg" in
-    --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox python3) ;;
+    --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox python3 python3-venv) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --tests)" >&2; exit 2 ;;
   esac
 done

@@ -9,5 +9,6 @@ int cmd_make_model(int argc, char** argv);  // make_model.cpp: random-weight HF 
 int cmd_kv_merge(int argc, char** argv);    // kv_merge.cpp: assemble per-rank KV shards
 int cmd_plan(int argc, char** argv);        // plan.cpp: SLO planner
 int cmd_calibrate(int argc, char** argv);   // calibrate.cpp: hardware profile of this machine
+int cmd_tokenize(int argc, char** argv);    // tokenize.cpp: text to ids and back (tokenizer.json)
 
 }  // namespace slope::cli

@@ -24,6 +24,7 @@ const Subcommand kSubcommands[] = {
     {"kv-merge", slope::cli::cmd_kv_merge, "assemble per-rank KV shards into one KV cache"},
     {"plan", slope::cli::cmd_plan, "pick parallel configurations that meet a TTFT SLO"},
     {"calibrate", slope::cli::cmd_calibrate, "measure this machine into a hardware profile"},
+    {"tokenize", slope::cli::cmd_tokenize, "text to token ids and back with a tokenizer.json"},
 };
 
 void usage(std::ostream& os) {
