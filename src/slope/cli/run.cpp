@@ -15,6 +15,7 @@
 #include "slope/cli/commands.h"
 #include "slope/cli/tokens.h"
 #include "slope/core/error.h"
+#include "slope/core/file_io.h"
 #include "slope/core/sys.h"
 #include "slope/engine/distributed.h"
 #include "slope/engine/kv_export.h"
@@ -61,10 +62,7 @@ kernels::ComputeType parse_compute(const std::string& s) {
 }
 
 void write_logits(const std::string& path, const std::vector<float>& logits) {
-  std::ofstream f(path, std::ios::binary);
-  SLOPE_CHECK(f, "cannot write --logits-out file '", path, "'");
-  f.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
-  SLOPE_CHECK(f.good(), "writing '", path, "' failed");
+  write_file_atomically(path, logits.data(), logits.size() * sizeof(float), "--logits-out file");
 }
 
 // Threads per rank when --threads is not given: the cores shared by the ranks on this node.
@@ -224,6 +222,10 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   mq.bf16 = compute == kernels::ComputeType::BF16;
   check_memory(a, cfg, mq, W, a.dry_run && rank == 0);
   if (a.dry_run) return 0;
+  // Output paths are checked before any work (a device, FIFO or directory is refused).
+  if (!a.kv_out.empty()) engine::check_kv_out(a.kv_out, rank, W, prompts.size());
+  if (rank == 0 && !a.logits_out.empty()) check_output_path(a.logits_out, "--logits-out file");
+  const std::string prefill_id = a.kv_out.empty() ? "" : engine::shared_prefill_id(world);
 
   engine::Topology topo(world, shape);
   const std::vector<int> bounds = engine::balance_stages(cfg, a.pp, n);
@@ -308,9 +310,12 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     ko.rank = rank;
     ko.world_size = W;
     ko.kv_head0 = sl.kv_head0;
+    ko.model_hash = engine::model_fingerprint(a.model_dir);
+    ko.prefill_id = prefill_id;
+    ko.compute_dtype = a.dtype;
     for (size_t b = 0; b < results.size(); ++b) {
       const std::string dir = results.size() == 1 ? a.kv_out : str_cat(a.kv_out, "/prompt", b);
-      engine::write_kv_shard(engine::kv_shard_path(dir, rank, W), results[b], cfg, model->first_layer(), ko);
+      engine::write_kv_shard(engine::kv_shard_path(dir, rank, W), results[b], prompts[b], cfg, model->first_layer(), ko);
     }
   }
   if (rank == 0 && !a.logits_out.empty()) write_logits(a.logits_out, r.logits);
