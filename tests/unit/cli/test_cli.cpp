@@ -5,6 +5,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -124,6 +125,48 @@ TEST(Cli, ContextParallelKvMergeEqualsOneRank) {
     ++compared;
   }
   EXPECT_EQ(compared, 8);  // 4 layers x {k, v}
+}
+
+// Under --tp a file holds the KV heads [kv_head0, kv_head0 + dim 1) of its rank; with more
+// ranks than KV heads only the first rank holding each head writes it (docs/kv-format.md).
+TEST(Cli, TensorParallelKvShardsHoldTheirHeadsAndMergeToOneRank) {
+  fs::path d = temp_dir("kvtp");
+  const std::string common = " run --model " + kModel + " --random-tokens 21 --seed 4 --kv-out ";
+  ASSERT_EQ(sh(kSlope + common + (d / "one").string()).code, 0);
+  model::SafetensorsFile one((d / "one" / "kv.rank0-of-1.safetensors").string());
+  // The tiny model has 4 query heads and 2 KV heads.
+  for (int tp : {2, 4}) {
+    const fs::path dir = d / ("tp" + std::to_string(tp));
+    auto r = sh(kMpirun + "-np " + std::to_string(tp) + " " + kSlope + common + dir.string() + " --tp " + std::to_string(tp));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<int> writers = tp == 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 2};
+    for (int rank = 0; rank < tp; ++rank) {
+      const fs::path f = dir / ("kv.rank" + std::to_string(rank) + "-of-" + std::to_string(tp) + ".safetensors");
+      const bool writes = std::find(writers.begin(), writers.end(), rank) != writers.end();
+      ASSERT_EQ(fs::exists(f), writes) << f;
+      if (!writes) continue;
+      model::SafetensorsFile shard(f.string());
+      const int64_t head = rank * 2 / tp;  // KV head of this rank: query head rank*4/tp, 2 per KV head
+      EXPECT_EQ(shard.metadata().at("kv_head0"), std::to_string(head)) << f;
+      Tensor k = shard.get("layers.1.k"), ref = one.get("layers.1.k");
+      ASSERT_EQ(k.shape(), (Shape{21, 1, ref.dim(2)})) << f;
+      // The shard's one head equals head `head` of the one-rank cache.
+      std::vector<float> want;
+      for (int64_t p = 0; p < 21; ++p)
+        for (int64_t x = 0; x < ref.dim(2); ++x) want.push_back(ref.data<float>()[(p * 2 + head) * ref.dim(2) + x]);
+      EXPECT_LE(engine::relative_error(k.data<float>(), want.data(), int64_t(want.size())), 1e-4) << f;
+    }
+    const fs::path merged = d / ("merged" + std::to_string(tp) + ".safetensors");
+    r = sh(kSlope + " kv-merge --dir " + dir.string() + " --out " + merged.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    model::SafetensorsFile m(merged.string());
+    for (const std::string& name : one.names()) {
+      if (name == "positions") continue;
+      Tensor a = one.get(name), b = m.get(name);
+      ASSERT_EQ(a.shape(), b.shape()) << name;
+      EXPECT_LE(engine::relative_error(b.data<float>(), a.data<float>(), a.numel()), 1e-4) << name;
+    }
+  }
 }
 
 TEST(Cli, KvMergeRejectsIncompleteShards) {
