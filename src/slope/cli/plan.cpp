@@ -12,6 +12,7 @@
 
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
+#include "slope/core/file_io.h"
 #include "slope/core/sys.h"
 #include "slope/core/error.h"
 #include "slope/model/config.h"
@@ -62,13 +63,10 @@ model::ModelConfig read_model(const std::string& path) {
     if (!shipped.empty()) return model::load_config(shipped);
   }
   if (fs::is_directory(path)) return model::load_config(path);
-  std::ifstream in(path);
-  SLOPE_CHECK(in, "cannot read model config '", path,
+  SLOPE_CHECK(fs::exists(path), "cannot read model config '", path,
               "'; pass a HF config.json, the directory holding it, or a shipped config's name such as "
               "gpt-oss-120b (see configs/)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return model::parse_config(ss.str(), path);
+  return model::parse_config(read_regular_file(path, "model config"), path);
 }
 
 // "U,R,P,TP[,chunk]" -> Mesh; chunk absent or -1: the engine's default for P > 1.

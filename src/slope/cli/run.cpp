@@ -15,6 +15,7 @@
 #include "slope/cli/commands.h"
 #include "slope/cli/tokens.h"
 #include "slope/core/error.h"
+#include "slope/core/file_io.h"
 #include "slope/core/sys.h"
 #include "slope/engine/distributed.h"
 #include "slope/engine/engine.h"
@@ -59,10 +60,7 @@ struct RunArgs {
 };
 
 void write_logits(const std::string& path, const std::vector<float>& logits) {
-  std::ofstream f(path, std::ios::binary);
-  SLOPE_CHECK(f, "cannot write --logits-out file '", path, "'");
-  f.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
-  SLOPE_CHECK(f.good(), "writing '", path, "' failed");
+  write_file_atomically(path, logits.data(), logits.size() * sizeof(float), "--logits-out file");
 }
 
 nlohmann::json phases_json(const model::PhaseTimes& t) {
@@ -183,7 +181,7 @@ struct RunPlan {
   engine::MemoryQuery mq;
 };
 
-RunPlan plan_run(const RunArgs& a, int world_size, bool lead) {
+RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   RunPlan p;
   p.shape = engine::ParallelShape{a.pp, a.ring, a.ulysses, a.tp};
   SLOPE_CHECK(a.chunk > 0, "--chunk must be positive, got ", a.chunk);
@@ -227,15 +225,21 @@ RunPlan plan_run(const RunArgs& a, int world_size, bool lead) {
   p.mq.pp_chunk = p.pp_chunk;
   p.mq.gemm_chunk = a.chunk;
   p.mq.bf16 = p.compute == kernels::ComputeType::BF16;
-  check_memory(a, p.cfg, p.mq, p.shape.size(), a.dry_run && lead);
+  check_memory(a, p.cfg, p.mq, p.shape.size(), a.dry_run && rank == 0);
+  if (a.dry_run) return p;
+  // Output paths are checked before any work (a device, FIFO or directory is refused).
+  if (!a.kv_out.empty()) engine::check_kv_out(a.kv_out, rank, world_size, p.prompts.size());
+  if (rank == 0 && !a.logits_out.empty()) check_output_path(a.logits_out, "--logits-out file");
   return p;
 }
 
 int run(const RunArgs& a, parallel::Communicator& world) {
   const int W = world.size(), rank = world.rank();
   RunPlan plan;
-  if (!on_every_rank(world, "run", [&] { plan = plan_run(a, W, rank == 0); })) return kExitError;
+  if (!on_every_rank(world, "run", [&] { plan = plan_run(a, W, rank); })) return kExitError;
   if (a.dry_run) return kExitOk;
+  // Every rank of one run writes the same prefill id into its KV shard (docs/kv-format.md).
+  const std::string prefill_id = a.kv_out.empty() ? "" : engine::shared_prefill_id(world);
   const kernels::ComputeType compute = plan.compute;
   const model::ModelConfig& cfg = plan.cfg;
   const std::vector<std::vector<int32_t>>& prompts = plan.prompts;
@@ -293,9 +297,12 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     ko.rank = rank;
     ko.world_size = W;
     ko.kv_head0 = output.kv.kv_head0;
+    ko.model_hash = engine::model_fingerprint(a.model_dir);
+    ko.prefill_id = prefill_id;
+    ko.compute_dtype = a.dtype;
     for (size_t b = 0; b < results.size(); ++b) {
       const std::string dir = results.size() == 1 ? a.kv_out : str_cat(a.kv_out, "/prompt", b);
-      engine::write_kv_shard(engine::kv_shard_path(dir, rank, W), results[b], cfg, output.kv.first_layer, ko);
+      engine::write_kv_shard(engine::kv_shard_path(dir, rank, W), results[b], prompts[b], cfg, output.kv.first_layer, ko);
     }
   }
   if (rank == 0 && !a.logits_out.empty()) write_logits(a.logits_out, r.logits);

@@ -2,16 +2,30 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
 
 #include "slope/core/error.h"
+#include "slope/core/file_io.h"
 
 namespace slope::model {
 namespace {
 using json = nlohmann::json;
+
+// Upper limits of config fields. Each is far above any published model and small enough that
+// the products the engine forms stay inside int64: the weights of one layer (hidden x
+// intermediate x experts), the embedding (vocab x hidden), KV and activation sizes (positions
+// x heads x head_dim).
+constexpr int64_t kMaxField = int64_t(1) << 40;           // generic counts (windows, layer indices)
+constexpr int64_t kMaxVocab = int64_t(1) << 24;           // 16.7 M ids; the largest vocabularies are ~260 k
+constexpr int64_t kMaxHidden = int64_t(1) << 17;          // 131072; the widest models are ~25 k
+constexpr int64_t kMaxIntermediate = int64_t(1) << 20;    // 1 M
+constexpr int64_t kMaxLayers = int64_t(1) << 12;          // 4096; the deepest models have ~200
+constexpr int64_t kMaxHeads = int64_t(1) << 12;           // 4096 attention heads
+constexpr int64_t kMaxHeadDim = int64_t(1) << 12;         // 4096
+constexpr int64_t kMaxPositions = int64_t(1) << 32;       // 4.3 G positions
+constexpr int64_t kMaxExperts = int64_t(1) << 12;         // 4096 experts
 
 // Typed access to config.json fields; every error names the field and the file.
 class Fields {
@@ -28,25 +42,37 @@ class Fields {
     fail(source_, ": field '", prefix_, key, "' ", args...);
   }
 
+  // An integer field. JSON floats are refused, even integral ones (transformers refuses them
+  // too), and so is anything beyond int64.
   int64_t integer(const char* key) const {
     if (!has(key)) bad(key, "is missing; add it to the config (see the model's Hugging Face config.json)");
     const json& v = j_.at(key);
+    if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+      bad(key, "is ", v.dump(), ", out of range (expected a positive integer of at most ", kMaxField, ")");
     if (v.is_number_integer()) return v.get<int64_t>();
-    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) return int64_t(v.get<double>());
+    if (v.is_number_float())
+      bad(key, "is ", v.dump(), ", a floating-point number; expected an integer (write it without a decimal point or exponent)");
     bad(key, "is ", v.dump(), ", expected an integer");
   }
   int64_t integer(const char* key, int64_t dflt) const { return has(key) ? integer(key) : dflt; }
-  int64_t positive(const char* key) const {
+  // An integer in [1, max]; the limits are far above any published model and keep every size
+  // product the engine forms (weights, KV, activations) inside int64.
+  int64_t positive(const char* key, int64_t max = kMaxField) const {
     int64_t v = integer(key);
     if (v <= 0) bad(key, "is ", v, ", expected a positive integer");
+    if (v > max)
+      bad(key, "is ", v, ", out of range: SLOPE accepts at most ", max,
+          " (far above any published model; is the config corrupt?)");
     return v;
   }
-  int64_t positive(const char* key, int64_t dflt) const { return has(key) ? positive(key) : dflt; }
+  int64_t positive_or(const char* key, int64_t dflt, int64_t max = kMaxField) const {
+    return has(key) ? positive(key, max) : dflt;
+  }
 
   double number(const char* key) const {
     if (!has(key)) bad(key, "is missing; add it to the config");
     const json& v = j_.at(key);
-    if (!v.is_number()) bad(key, "is ", v.dump(), ", expected a number");
+    if (!v.is_number() || !std::isfinite(v.get<double>())) bad(key, "is ", v.dump(), ", expected a finite number");
     return v.get<double>();
   }
   double number(const char* key, double dflt) const { return has(key) ? number(key) : dflt; }
@@ -113,7 +139,7 @@ kernels::RopeConfig parse_rope(const Fields& f, double default_theta,
     rope.factor = r.number("factor");
     rope.low_freq_factor = r.number("low_freq_factor");
     rope.high_freq_factor = r.number("high_freq_factor");
-    rope.original_max_position_embeddings = r.positive("original_max_position_embeddings");
+    rope.original_max_position_embeddings = r.positive("original_max_position_embeddings", kMaxPositions);
     if (rope.high_freq_factor <= rope.low_freq_factor)
       r.bad("high_freq_factor", "(", rope.high_freq_factor, ") must exceed low_freq_factor (",
             rope.low_freq_factor, ")");
@@ -126,7 +152,7 @@ kernels::RopeConfig parse_rope(const Fields& f, double default_theta,
     // factor is absent (4.5x took the ratio whenever the original length was given; for gpt-oss
     // both are 32). The fixtures are recorded with 5.x, where they differ (4 vs 16).
     rope.original_max_position_embeddings =
-        r.has("original_max_position_embeddings") ? r.positive("original_max_position_embeddings") : max_pos;
+        r.has("original_max_position_embeddings") ? r.positive("original_max_position_embeddings", kMaxPositions) : max_pos;
     rope.factor = r.has("factor") ? r.number("factor")
                                   : double(max_pos) / double(rope.original_max_position_embeddings);
     rope.truncate = r.boolean("truncate", true);
@@ -262,19 +288,19 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
   c.arch = detect_arch(f, root, c.architecture, c.model_type);
   const bool gpt_oss = c.arch == Arch::GptOss;
 
-  c.vocab_size = f.positive("vocab_size");
-  c.hidden_size = f.positive("hidden_size");
-  c.intermediate_size = f.positive("intermediate_size");
-  c.num_layers = f.positive("num_hidden_layers");
-  c.num_heads = f.positive("num_attention_heads");
-  c.num_kv_heads = f.positive("num_key_value_heads", c.num_heads);
+  c.vocab_size = f.positive("vocab_size", kMaxVocab);
+  c.hidden_size = f.positive("hidden_size", kMaxHidden);
+  c.intermediate_size = f.positive("intermediate_size", kMaxIntermediate);
+  c.num_layers = f.positive("num_hidden_layers", kMaxLayers);
+  c.num_heads = f.positive("num_attention_heads", kMaxHeads);
+  c.num_kv_heads = f.positive_or("num_key_value_heads", c.num_heads, kMaxHeads);
   if (c.num_heads % c.num_kv_heads != 0)
     f.bad("num_key_value_heads", "(", c.num_kv_heads, ") must divide num_attention_heads (", c.num_heads, ")");
 
   // head_dim: explicit for gpt-oss (HF default 64) and qwen3 (HF default 128); Llama and Qwen2
   // derive it from hidden_size / num_attention_heads unless given.
   if (f.has("head_dim")) {
-    c.head_dim = f.positive("head_dim");
+    c.head_dim = f.positive("head_dim", kMaxHeadDim);
   } else if (gpt_oss) {
     c.head_dim = 64;
   } else if (c.arch == Arch::Qwen3) {
@@ -288,7 +314,7 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
   if (c.head_dim % 2 != 0) f.bad("head_dim", "is ", c.head_dim, ", expected an even number (rotary halves)");
 
   const int64_t default_max_pos = gpt_oss ? 131072 : c.arch == Arch::Llama ? 2048 : 32768;
-  c.max_position_embeddings = f.positive("max_position_embeddings", default_max_pos);
+  c.max_position_embeddings = f.positive_or("max_position_embeddings", default_max_pos, kMaxPositions);
   c.rms_norm_eps = f.number("rms_norm_eps", gpt_oss ? 1e-5 : 1e-6);
   if (!(c.rms_norm_eps > 0)) f.bad("rms_norm_eps", "is ", c.rms_norm_eps, ", expected a positive number");
   c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
@@ -312,9 +338,9 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
     c.norm_order = kernels::NormOrder::WeightThenCast;
     c.qkv_bias = c.o_bias = attention_bias;
     c.sinks = true;
-    c.num_experts = f.positive("num_local_experts", 128);
-    c.experts_per_token = f.has("num_experts_per_tok") ? f.positive("num_experts_per_tok")
-                                                       : f.positive("experts_per_token", 4);
+    c.num_experts = f.positive_or("num_local_experts", 128, kMaxExperts);
+    c.experts_per_token = f.has("num_experts_per_tok") ? f.positive("num_experts_per_tok", kMaxExperts)
+                                                       : f.positive_or("experts_per_token", 4, kMaxExperts);
     if (f.has("num_experts_per_tok") && f.has("experts_per_token") &&
         f.integer("experts_per_token") != c.experts_per_token)
       f.bad("experts_per_token", "(", f.integer("experts_per_token"), ") disagrees with num_experts_per_tok (",
@@ -326,7 +352,7 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
     if (c.mxfp4_experts && (c.hidden_size % 32 != 0 || c.intermediate_size % 32 != 0))
       f.bad("hidden_size", "and intermediate_size must be multiples of 32 for mxfp4 experts (got ", c.hidden_size,
             ", ", c.intermediate_size, ")");
-    const int64_t window = f.positive("sliding_window", 128);
+    const int64_t window = f.positive_or("sliding_window", 128, kMaxPositions);
     std::vector<std::string> types;
     for (int64_t i = 0; i < c.num_layers; ++i) types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
     c.layer_window = parse_layer_windows(f, c.num_layers, window, types);
@@ -349,11 +375,11 @@ ModelConfig parse_config(const std::string& json_text, const std::string& source
     std::vector<std::string> types(size_t(c.num_layers), "full_attention");
     int64_t window = 0;
     if (c.arch != Arch::Llama && f.boolean("use_sliding_window", false)) {
-      window = f.positive("sliding_window");
+      window = f.positive("sliding_window", kMaxPositions);
       const int64_t first = f.integer("max_window_layers", c.num_layers);
       for (int64_t i = std::max<int64_t>(first, 0); i < c.num_layers; ++i) types[size_t(i)] = "sliding_attention";
     } else if (f.has("layer_types")) {
-      window = f.positive("sliding_window", 0);
+      window = f.positive_or("sliding_window", 0, kMaxPositions);
     }
     c.layer_window = parse_layer_windows(f, c.num_layers, window, types);
   }
@@ -365,12 +391,9 @@ ModelConfig load_config(const std::string& model_dir) {
   fs::path p = fs::path(model_dir);
   std::error_code ec;
   if (fs::is_directory(p, ec)) p /= "config.json";
-  std::ifstream in(p);
-  if (!in)
-    fail("cannot read ", p.string(), "; pass a Hugging Face model directory that contains config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_config(ss.str(), p.string());
+  if (!fs::exists(p, ec))
+    fail("cannot read ", p.string(), " (it does not exist); pass a Hugging Face model directory that contains config.json");
+  return parse_config(read_regular_file(p.string(), "config"), p.string());
 }
 
 }  // namespace slope::model

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "slope/core/error.h"
+#include "slope/core/file_io.h"
 
 namespace slope::model {
 namespace fs = std::filesystem;
@@ -64,17 +65,13 @@ bool as_count(const json& j, int64_t& out) {
 // SafetensorsFile
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) file_error(path, "cannot open (", sys_error(), "); check the path and permissions");
+  // A FIFO or device in place of the file is refused before anything waits on it.
+  const int fd = open_regular_input(path, "safetensors file");
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     std::string err = sys_error();
     ::close(fd);
     file_error(path, "cannot stat (", err, ")");
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    file_error(path, "not a regular file");
   }
   const uint64_t file_size = uint64_t(st.st_size);
   if (file_size < 8) {
@@ -101,13 +98,24 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   data_ = bytes + 8 + header_len;
   data_size_ = size_t(file_size - 8 - header_len);
 
+  // The header is a JSON object, starting with '{' and padded after its closing '}' with spaces
+  // (0x20) only. Checking this, and below that the tensors tile the data region, catches a
+  // header length that is off by a few bytes: the JSON would still parse, but every tensor
+  // would be read shifted.
   const char* hbegin = reinterpret_cast<const char*>(bytes + 8);
-  json header = json::parse(hbegin, hbegin + header_len, nullptr, /*allow_exceptions=*/false);
+  header_ = std::string_view(hbegin, size_t(header_len));
+  size_t json_end = size_t(header_len);
+  while (json_end > 0 && hbegin[json_end - 1] == ' ') --json_end;
+  json header = json::parse(hbegin, hbegin + json_end, nullptr, /*allow_exceptions=*/false);
   if (header.is_discarded())
-    file_error(path, "header is not valid JSON; ", kCorruptHint);
+    file_error(path, "header is not valid JSON (header length ", header_len, "); ", kCorruptHint);
   if (!header.is_object())
     file_error(path, "header is JSON ", header.type_name(), ", expected an object {name: {dtype, shape, data_offsets}}; ",
                kCorruptHint);
+  // JSON allows other whitespace around the object; the format does not.
+  if (hbegin[0] != '{' || hbegin[json_end - 1] != '}')
+    file_error(path, "header does not ", hbegin[0] != '{' ? "begin with '{'" : "end with '}' followed only by spaces",
+               " (header length ", header_len, "); ", kCorruptHint);
 
   for (auto it = header.begin(); it != header.end(); ++it) {
     const std::string& name = it.key();
@@ -176,20 +184,31 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     entries_.emplace(name, std::move(entry));
   }
 
-  // Tensors must not share bytes: sort the non-empty ranges and compare neighbours.
+  // The tensors must tile the data region exactly, as the format requires: sorted by offset,
+  // each begins where the previous one ended, the first at 0 and the last at the file's end. A
+  // gap, an overlap or trailing bytes mean the header and the data disagree.
   std::vector<std::pair<const std::string*, const Entry*>> ranges;
-  for (const auto& [name, e] : entries_)
-    if (e.end > e.begin) ranges.emplace_back(&name, &e);
-  std::sort(ranges.begin(), ranges.end(),
-            [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
-  for (size_t i = 1; i < ranges.size(); ++i) {
-    const Entry& prev = *ranges[i - 1].second;
-    const Entry& cur = *ranges[i].second;
-    if (cur.begin < prev.end)
-      tensor_error(path, *ranges[i].first, "data_offsets [", cur.begin, ", ", cur.end,
-                   "] overlap tensor '", *ranges[i - 1].first, "' at [", prev.begin, ", ", prev.end,
-                   "]; ", kCorruptHint);
+  for (const auto& [name, e] : entries_) ranges.emplace_back(&name, &e);
+  std::sort(ranges.begin(), ranges.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  size_t expected = 0;
+  const std::string* prev_name = nullptr;
+  for (const auto& [name, e] : ranges) {
+    if (e->begin < expected)
+      tensor_error(path, *name, "data_offsets [", e->begin, ", ", e->end, "] overlap tensor '", *prev_name,
+                   "', which ends at ", expected, "; ", kCorruptHint);
+    if (e->begin > expected)
+      tensor_error(path, *name, "data_offsets [", e->begin, ", ", e->end, "] leave a gap of ", e->begin - expected,
+                   " bytes after ", prev_name ? "tensor '" + *prev_name + "'" : std::string("the header"),
+                   " (tensors must tile the data region; is the header length off?); ", kCorruptHint);
+    expected = e->end;
+    prev_name = name;
   }
+  if (expected != data_size_)
+    file_error(path, "the tensors end at byte ", expected, " of a data region of ", data_size_,
+               " bytes (header length ", header_len, "); tensors must tile the data region exactly, so the header "
+               "length or the data is wrong; ", kCorruptHint);
 }
 
 SafetensorsFile::~SafetensorsFile() = default;
@@ -233,17 +252,14 @@ WeightStore::WeightStore(const std::string& model_dir) : dir_(model_dir) {
     for (const auto& n : files_[0]->names()) index_[n] = 0;
     return;
   }
-  if (!fs::is_directory(model_dir, ec)) fail("model path ", model_dir, " is neither a directory nor a file");
+  if (!fs::is_directory(model_dir, ec))
+    fail("model path ", model_dir, " is neither a directory nor a regular file (a FIFO or a device is not accepted)");
 
   const fs::path dir(model_dir);
   const fs::path index_path = dir / "model.safetensors.index.json";
   const fs::path single_path = dir / "model.safetensors";
   if (fs::exists(index_path, ec)) {
-    std::ifstream in(index_path);
-    if (!in) fail("cannot read ", index_path.string());
-    std::stringstream ss;
-    ss << in.rdbuf();
-    json idx = json::parse(ss.str(), nullptr, false);
+    json idx = json::parse(read_regular_file(index_path.string(), "safetensors index"), nullptr, false);
     if (idx.is_discarded() || !idx.is_object())
       fail("index ", index_path.string(), " is not a valid JSON object; re-download it");
     if (!idx.contains("weight_map") || !idx["weight_map"].is_object())
@@ -281,6 +297,12 @@ WeightStore::WeightStore(const std::string& model_dir) : dir_(model_dir) {
 
 bool WeightStore::contains(const std::string& name) const { return index_.count(name) > 0; }
 
+std::vector<const SafetensorsFile*> WeightStore::files() const {
+  std::vector<const SafetensorsFile*> out;
+  for (const auto& f : files_) out.push_back(f.get());
+  return out;
+}
+
 std::vector<std::string> WeightStore::names() const {
   std::vector<std::string> out;
   out.reserve(index_.size());
@@ -309,7 +331,7 @@ Tensor WeightStore::get(const std::string& name, const Shape& expected) const {
 
 SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<TensorSpec> specs,
                                      const std::map<std::string, std::string>& metadata)
-    : path_(path), tmp_path_(path + ".tmp"), specs_(std::move(specs)) {
+    : path_(path), specs_(std::move(specs)) {
   // Header: {"__metadata__": {...}, name: {dtype, shape, data_offsets}, ...} in spec order, with
   // the tensors packed back to back (safetensors rejects gaps).
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -334,34 +356,17 @@ SafetensorsWriter::SafetensorsWriter(const std::string& path, std::vector<Tensor
   // Pad with spaces so the data starts 8-byte aligned, as the Hugging Face writer does.
   text.append((8 - text.size() % 8) % 8, ' ');
 
-  fd_ = ::open(tmp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd_ < 0) fail("cannot write ", tmp_path_, " (", sys_error(), "); check the directory exists and is writable");
+  file_ = std::make_unique<AtomicFile>(path, "safetensors file");
   uint8_t len[8];
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
-  write_bytes(len, 8);
-  write_bytes(text.data(), text.size());
+  file_->write(len, 8);
+  file_->write(text.data(), text.size());
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) {
-    ::close(fd_);
-    ::unlink(tmp_path_.c_str());
-  }
-}
-
-void SafetensorsWriter::write_bytes(const void* p, size_t n) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    ssize_t w = ::write(fd_, b, std::min<size_t>(n, size_t(1) << 30));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("writing ", tmp_path_, " failed (", sys_error(), "); is the disk full?");
-    b += w;
-    n -= size_t(w);
-  }
-}
+SafetensorsWriter::~SafetensorsWriter() = default;
 
 void SafetensorsWriter::append(const Tensor& t) {
-  SLOPE_CHECK(fd_ >= 0, "safetensors writer for ", path_, " is already finished");
+  SLOPE_CHECK(file_, "safetensors writer for ", path_, " is already finished");
   SLOPE_CHECK(next_ < specs_.size(), "more tensors appended to ", path_, " than the ", specs_.size(), " declared");
   const TensorSpec& s = specs_[next_];
   SLOPE_CHECK(t.dtype() == s.dtype && t.shape() == s.shape, "tensor '", s.name, "' appended to ", path_,
@@ -369,25 +374,16 @@ void SafetensorsWriter::append(const Tensor& t) {
               dtype_name(s.dtype), " ", shape_str(s.shape));
   if (t.nbytes() > 0) {
     SLOPE_CHECK(t.raw() != nullptr, "tensor '", s.name, "' has no data");
-    write_bytes(t.raw(), t.nbytes());
+    file_->write(t.raw(), t.nbytes());
   }
   ++next_;
 }
 
 void SafetensorsWriter::finish() {
-  SLOPE_CHECK(fd_ >= 0, "safetensors writer for ", path_, " is already finished");
+  SLOPE_CHECK(file_, "safetensors writer for ", path_, " is already finished");
   SLOPE_CHECK(next_ == specs_.size(), "only ", next_, " of ", specs_.size(), " tensors were written to ", path_);
-  int rc = ::close(fd_);
-  fd_ = -1;
-  if (rc != 0) {
-    ::unlink(tmp_path_.c_str());
-    fail("writing ", tmp_path_, " failed at close (", sys_error(), ")");
-  }
-  if (::rename(tmp_path_.c_str(), path_.c_str()) != 0) {
-    std::string err = sys_error();
-    ::unlink(tmp_path_.c_str());
-    fail("cannot move ", tmp_path_, " to ", path_, " (", err, ")");
-  }
+  std::unique_ptr<AtomicFile> f = std::move(file_);
+  f->commit();
 }
 
 void write_safetensors(const std::string& path,

@@ -7,16 +7,20 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "slope/core/file_io.h"
 #include "slope/core/tensor.h"
 
 namespace slope::model {
 
 // One memory-mapped .safetensors file. Every malformed input (short file, bad header length,
-// bad JSON, unknown dtype, offsets outside the data, shape/size mismatch, overlapping tensors)
-// throws slope::Error naming the file, the tensor and what is wrong.
+// bad JSON, padding other than spaces, unknown dtype, offsets outside the data, shape/size
+// mismatch, tensors that do not tile the data region exactly) throws slope::Error naming the
+// file, the tensor and what is wrong. A path that is not a regular file (a FIFO, a device) is
+// refused before it is read.
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::string& path);
@@ -30,6 +34,10 @@ class SafetensorsFile {
   // A read-only view into the mapping (kept alive by the returned tensor).
   Tensor get(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // The JSON header as stored (with its space padding), and the data region after it.
+  std::string_view header() const { return header_; }
+  const uint8_t* data() const { return data_; }
+  size_t data_size() const { return data_size_; }
 
  private:
   struct Entry { DType dtype; Shape shape; size_t begin, end; };
@@ -37,6 +45,7 @@ class SafetensorsFile {
   std::shared_ptr<void> mapping_;  // unmaps on release
   const uint8_t* data_ = nullptr;  // start of the byte buffer after the header
   size_t data_size_ = 0;
+  std::string_view header_;  // into the mapping
   std::map<std::string, Entry> entries_;
   std::map<std::string, std::string> metadata_;
 };
@@ -53,6 +62,8 @@ class WeightStore {
   Tensor get(const std::string& name) const;
   // As get(), and checks the shape: "tensor NAME has shape [..], expected [..]".
   Tensor get(const std::string& name, const Shape& expected) const;
+  // The files, in the order they were opened (the index's order, or the one file).
+  std::vector<const SafetensorsFile*> files() const;
 
  private:
   std::string dir_;
@@ -70,14 +81,15 @@ struct TensorSpec {
 // Streams a .safetensors file whose tensor list is known up front: the header is written at
 // construction, then each tensor's bytes with append() in the order of `specs` (one sequential
 // write; only one tensor need be in memory at a time). finish() checks that every tensor was
-// appended and moves the file into place (it is written as PATH.tmp until then, so an
-// interrupted write never leaves a truncated PATH). Throws slope::Error on any I/O failure or a
-// tensor that does not match its spec.
+// appended and moves the file into place (it is written under a temporary name next to PATH
+// until then, so an interrupted write never leaves a truncated PATH). PATH must be absent or a
+// regular file: a device node, FIFO or directory there is refused, never replaced. Throws
+// slope::Error on any I/O failure or a tensor that does not match its spec.
 class SafetensorsWriter {
  public:
   SafetensorsWriter(const std::string& path, std::vector<TensorSpec> specs,
                     const std::map<std::string, std::string>& metadata = {});
-  ~SafetensorsWriter();  // removes PATH.tmp if finish() was not reached
+  ~SafetensorsWriter();  // removes the temporary file if finish() was not reached
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
@@ -85,11 +97,10 @@ class SafetensorsWriter {
   void finish();
 
  private:
-  void write_bytes(const void* p, size_t n);
-  std::string path_, tmp_path_;
+  std::string path_;
   std::vector<TensorSpec> specs_;
   size_t next_ = 0;
-  int fd_ = -1;
+  std::unique_ptr<AtomicFile> file_;  // null once finished
 };
 
 // Writes tensors (any supported dtype) to a .safetensors file, in the given order, with

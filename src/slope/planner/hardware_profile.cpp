@@ -1,12 +1,14 @@
 #include "slope/planner/hardware_profile.h"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "slope/core/error.h"
+#include "slope/core/file_io.h"
 #include "slope/core/sys.h"
 
 namespace slope::planner {
@@ -232,12 +234,9 @@ HardwareProfile load_profile(const std::string& path) {
            "profiles are found from anywhere");
     }
   }
-  std::ifstream in(file);
-  SLOPE_CHECK(in, "cannot read hardware profile '", file, "'; pass the path of a profile JSON file, e.g. ",
-              "profiles/mi250-gcd.json, or a bare name such as mi250-gcd");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return parse_profile(ss.str(), file);
+  SLOPE_CHECK(std::filesystem::exists(file), "cannot read hardware profile '", file, "'; pass the path of a profile ",
+              "JSON file, e.g. profiles/mi250-gcd.json, or a bare name such as mi250-gcd");
+  return parse_profile(read_regular_file(file, "hardware profile"), file);
 }
 
 HardwareProfile scale_efficiency(HardwareProfile p, double factor) {

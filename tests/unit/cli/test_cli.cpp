@@ -1,11 +1,17 @@
 // The `slope` command line end to end: bad input gives a clear message and a non-zero exit,
 // and a context-parallel run's KV shards, merged by `slope kv-merge`, equal the one-rank KV.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../run_slope.h"
 #include "slope/engine/distributed.h"
@@ -133,6 +139,48 @@ TEST(Cli, TensorTimesContextParallelKvMergeEqualsOneRank) {
   expect_merged_kv_equals_one_rank("kvmerge_tpcp", "--ring 2 --tp 2");
 }
 
+// Under --tp a file holds the KV heads [kv_head0, kv_head0 + dim 1) of its rank; with more
+// ranks than KV heads only the first rank holding each head writes it (docs/kv-format.md).
+TEST(Cli, TensorParallelKvShardsHoldTheirHeadsAndMergeToOneRank) {
+  fs::path d = temp_dir("kvtp");
+  const std::string common = " run --model " + kModel + " --random-tokens 21 --seed 4 --dtype f32 --kv-out ";
+  ASSERT_EQ(sh(kSlope + common + (d / "one").string()).code, 0);
+  model::SafetensorsFile one((d / "one" / "kv.rank0-of-1.safetensors").string());
+  // The tiny model has 4 query heads and 2 KV heads.
+  for (int tp : {2, 4}) {
+    const fs::path dir = d / ("tp" + std::to_string(tp));
+    auto r = sh(kMpirun + "-np " + std::to_string(tp) + " " + kSlope + common + dir.string() + " --tp " + std::to_string(tp));
+    ASSERT_EQ(r.code, 0) << r.out;
+    const std::vector<int> writers = tp == 2 ? std::vector<int>{0, 1} : std::vector<int>{0, 2};
+    for (int rank = 0; rank < tp; ++rank) {
+      const fs::path f = dir / ("kv.rank" + std::to_string(rank) + "-of-" + std::to_string(tp) + ".safetensors");
+      const bool writes = std::find(writers.begin(), writers.end(), rank) != writers.end();
+      ASSERT_EQ(fs::exists(f), writes) << f;
+      if (!writes) continue;
+      model::SafetensorsFile shard(f.string());
+      const int64_t head = rank * 2 / tp;  // KV head of this rank: query head rank*4/tp, 2 per KV head
+      EXPECT_EQ(shard.metadata().at("kv_head0"), std::to_string(head)) << f;
+      Tensor k = shard.get("layers.1.k"), ref = one.get("layers.1.k");
+      ASSERT_EQ(k.shape(), (Shape{21, 1, ref.dim(2)})) << f;
+      // The shard's one head equals head `head` of the one-rank cache.
+      std::vector<float> want;
+      for (int64_t p = 0; p < 21; ++p)
+        for (int64_t x = 0; x < ref.dim(2); ++x) want.push_back(ref.data<float>()[(p * 2 + head) * ref.dim(2) + x]);
+      EXPECT_LE(engine::relative_error(k.data<float>(), want.data(), int64_t(want.size())), 1e-4) << f;
+    }
+    const fs::path merged = d / ("merged" + std::to_string(tp) + ".safetensors");
+    r = sh(kSlope + " kv-merge --dir " + dir.string() + " --out " + merged.string());
+    ASSERT_EQ(r.code, 0) << r.out;
+    model::SafetensorsFile m(merged.string());
+    for (const std::string& name : one.names()) {
+      if (name == "positions") continue;
+      Tensor a = one.get(name), b = m.get(name);
+      ASSERT_EQ(a.shape(), b.shape()) << name;
+      EXPECT_LE(engine::relative_error(b.data<float>(), a.data<float>(), a.numel()), 1e-4) << name;
+    }
+  }
+}
+
 TEST(Cli, KvMergeRejectsIncompleteShards) {
   fs::path d = temp_dir("kvbad");
   auto cp = sh(kMpirun + "-np 2 " + kSlope + " run --model " + kModel +
@@ -203,6 +251,174 @@ TEST(Cli, OutOfRangeFlagValuesRefused) {
   auto neg = sh(kSlope + " run --model " + kModel + " --random-tokens -4");
   EXPECT_EQ(neg.code, 1) << neg.out;
   EXPECT_NE(neg.out.find("--random-tokens must be positive"), std::string::npos) << neg.out;
+}
+
+// Regression (issue 15, item 10): "3-4" was read as 3, -4; 20 digits gave "internal error:
+// stoll"; a directory was "prompt is empty".
+TEST(Cli, TokenFileErrorsAreClear) {
+  fs::path d = temp_dir("tokfile");
+  write_file(d / "dash.txt", "1 3-4 5");
+  auto r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "dash.txt").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("'3-4' at byte 2 is not an integer token id"), std::string::npos) << r.out;
+  write_file(d / "long.txt", "1 123456789012345678901234");
+  r = sh(kSlope + " run --model " + kModel + " --tokens " + (d / "long.txt").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is out of range (token ids are 32-bit"), std::string::npos) << r.out;
+  r = sh(kSlope + " run --model " + kModel + " --tokens " + d.string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a directory; only regular files are accepted"), std::string::npos) << r.out;
+}
+
+// Regression (issue 15, defect 2): FIFOs in place of the weights, the config or the prompt
+// made `slope run` wait forever. (timeout 30: a hang fails the test with exit code 124.)
+TEST(Cli, FifoInputsAreRefused) {
+  fs::path d = temp_dir("fifo");
+  fs::create_directories(d / "m");
+  for (const char* f : {"config.json", "model.safetensors"}) fs::copy_file(fs::path(kModel) / f, d / "m" / f);
+  ASSERT_EQ(::mkfifo((d / "tokens").c_str(), 0644), 0);
+  auto r = sh("timeout 30 " + kSlope + " run --model " + kModel + " --tokens " + (d / "tokens").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a FIFO (named pipe); only regular files are accepted"), std::string::npos) << r.out;
+  for (const char* f : {"model.safetensors", "config.json"}) {
+    fs::remove(d / "m" / f);
+    ASSERT_EQ(::mkfifo((d / "m" / f).c_str(), 0644), 0);
+    r = sh("timeout 30 " + kSlope + " run --model " + (d / "m").string() + " --random-tokens 4");
+    EXPECT_EQ(r.code, 1) << f << ": " << r.out;
+    EXPECT_NE(r.out.find(std::string(f) + " is a FIFO"), std::string::npos) << r.out;
+    fs::remove(d / "m" / f);
+    fs::copy_file(fs::path(kModel) / f, d / "m" / f);
+  }
+}
+
+// Regression (issue 15, defects 5 and 9): outputs replaced a device node or a FIFO with a
+// regular file (or blocked on the FIFO), and a bad --kv-out failed only after the prefill.
+// Each is refused before any work and left as it was. The device is our own node (mknod, as
+// root), never /dev/null itself.
+TEST(Cli, OutputsRefuseDevicesFifosAndDirectories) {
+  fs::path d = temp_dir("outdev");
+  ASSERT_EQ(::mkfifo((d / "fifo").c_str(), 0644), 0);
+  const bool have_dev = ::mknod((d / "null").c_str(), S_IFCHR | 0644, makedev(1, 3)) == 0;
+  const std::string run = "timeout 60 " + kSlope + " run --model " + kModel + " --random-tokens 8 ";
+  std::vector<std::pair<std::string, std::string>> cases = {
+      {"--logits-out " + (d / "fifo").string(), "is a FIFO (named pipe); only a regular file or a new path is written"},
+      {"--logits-out " + d.string(), "is a directory"},
+      {"--kv-out " + (d / "fifo").string(), "is a FIFO (named pipe), not a directory"},
+  };
+  if (have_dev) {
+    cases.push_back({"--logits-out " + (d / "null").string(), "is a character device"});
+    cases.push_back({"--kv-out " + (d / "null").string(), "is a character device, not a directory"});
+  }
+  for (const auto& [flags, expect] : cases) {
+    auto r = sh(run + flags);
+    EXPECT_EQ(r.code, 1) << flags << ": " << r.out;
+    EXPECT_NE(r.out.find(expect), std::string::npos) << flags << ": " << r.out;
+    EXPECT_EQ(r.out.find("first token"), std::string::npos) << "the prefill ran first: " << r.out;
+  }
+  // A FIFO where this rank's shard file goes.
+  fs::create_directories(d / "kv");
+  ASSERT_EQ(::mkfifo((d / "kv" / "kv.rank0-of-1.safetensors").c_str(), 0644), 0);
+  auto r = sh(run + "--kv-out " + (d / "kv").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("kv.rank0-of-1.safetensors exists and is a FIFO"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_fifo(d / "fifo"));
+  EXPECT_TRUE(fs::is_fifo(d / "kv" / "kv.rank0-of-1.safetensors"));
+
+  // kv-merge --out.
+  ASSERT_EQ(sh(run + "--kv-out " + (d / "good").string()).code, 0);
+  const std::string merge = "timeout 60 " + kSlope + " kv-merge --dir " + (d / "good").string() + " --out ";
+  r = sh(merge + (d / "fifo").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("is a FIFO"), std::string::npos) << r.out;
+  EXPECT_TRUE(fs::is_fifo(d / "fifo"));
+  if (have_dev) {
+    r = sh(merge + (d / "null").string());
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("is a character device"), std::string::npos) << r.out;
+    EXPECT_TRUE(fs::is_character_file(d / "null")) << "the device node was replaced";
+  }
+  EXPECT_EQ(sh(merge + (d / "merged.safetensors").string()).code, 0);
+}
+
+// Regression (issue 15, defect 6): rank 0 of one 2-rank prefill merged with rank 1 of another
+// (same length, other seed) gave exit 0 and a mixed cache. So do two runs of the same prompt,
+// and stale shards of an earlier run left in a --kv-out directory.
+TEST(Cli, KvMergeRefusesShardsOfDifferentPrefills) {
+  fs::path d = temp_dir("kvmix");
+  const std::string common = kMpirun + "-np 2 " + kSlope + " run --model " + kModel + " --random-tokens 30 --ring 2 ";
+  for (const char* run : {"a", "b", "c"}) {
+    const std::string seed = std::string(run) == "b" ? "2" : "1";
+    auto r = sh(common + "--seed " + seed + " --kv-out " + (d / run).string());
+    ASSERT_EQ(r.code, 0) << r.out;
+  }
+  const std::string a0 = (d / "a" / "kv.rank0-of-2.safetensors").string();
+  auto merge = [&](const std::string& other) {
+    return sh(kSlope + " kv-merge " + a0 + " " + other + " --out " + (d / "m.safetensors").string());
+  };
+  for (const char* other : {"b", "c"}) {  // other tokens; same tokens, another run
+    const std::string o1 = (d / other / "kv.rank1-of-2.safetensors").string();
+    auto r = merge(o1);
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find(a0 + " and " + o1 + " come from different prefills"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("prefill_id"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("tokens_hash") != std::string::npos, std::string(other) == "b") << r.out;
+  }
+  EXPECT_FALSE(fs::exists(d / "m.safetensors"));
+  EXPECT_EQ(merge((d / "a" / "kv.rank1-of-2.safetensors").string()).code, 0);
+  // A one-rank run into the directory of the two-rank run: kv.rank0-of-1 is stale beside them.
+  ASSERT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 30 --seed 1 --kv-out " + (d / "a").string()).code, 0);
+  auto r = sh(kSlope + " kv-merge --dir " + (d / "a").string() + " --out " + (d / "m.safetensors").string());
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("kv.rank0-of-1.safetensors and "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("come from different prefills"), std::string::npos) << r.out;
+}
+
+// Regression (issue 15, defect 6): a flipped byte in a KV file went unnoticed.
+TEST(Cli, KvMergeCatchesFlippedBytes) {
+  fs::path d = temp_dir("kvflip");
+  ASSERT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 20 --kv-out " + d.string()).code, 0);
+  const fs::path shard = d / "kv.rank0-of-1.safetensors";
+  const uintmax_t size = fs::file_size(shard);
+  for (uintmax_t at : {size - 1, size - 3000}) {  // in layers.3.v and in an earlier tensor
+    fs::copy_file(shard, d / "bad.safetensors", fs::copy_options::overwrite_existing);
+    {
+      std::fstream f(d / "bad.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+      f.seekg(std::streamoff(at));
+      char c = 0;
+      f.get(c);
+      f.seekp(std::streamoff(at));
+      f.put(char(c ^ 0x10));
+    }
+    auto r = sh(kSlope + " kv-merge " + (d / "bad.safetensors").string() + " --out " + (d / "m.safetensors").string());
+    EXPECT_EQ(r.code, 1) << r.out;
+    EXPECT_NE(r.out.find("fails its checksum"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(sh(kSlope + " kv-merge " + shard.string() + " --out " + (d / "m.safetensors").string()).code, 0);
+}
+
+// Regression (issue 15, defect 7): with only stage 0's shard of a --pp 2 run, kv-merge wrote
+// 2 of the model's 4 layers with exit 0. Now that needs --layers.
+TEST(Cli, KvMergeRefusesAnIncompleteLayerSetUnlessAsked) {
+  fs::path d = temp_dir("kvpp");
+  auto pp = sh(kMpirun + "-np 2 " + kSlope + " run --model " + kModel + " --random-tokens 24 --pp 2 --kv-out " + d.string());
+  ASSERT_EQ(pp.code, 0) << pp.out;
+  const std::string s0 = (d / "kv.rank0-of-2.safetensors").string();
+  const std::string out = (d / "m.safetensors").string();
+  auto r = sh(kSlope + " kv-merge " + s0 + " --out " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("the shards hold layers 0,1 of the model's 4; layers 2,3 are in no shard"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--layers"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(out));
+  r = sh(kSlope + " kv-merge " + s0 + " --layers 0-1 --out " + out);
+  ASSERT_EQ(r.code, 0) << r.out;
+  model::SafetensorsFile m(out);
+  EXPECT_EQ(m.names(), (std::vector<std::string>{"layers.0.k", "layers.0.v", "layers.1.k", "layers.1.v", "positions"}));
+  EXPECT_EQ(m.metadata().at("layer_count"), "2");
+  r = sh(kSlope + " kv-merge " + s0 + " --layers 0-2 --out " + out);
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("layers 2 are in no shard"), std::string::npos) << r.out;
+  EXPECT_EQ(sh(kSlope + " kv-merge --dir " + d.string() + " --out " + out).code, 0);
+  EXPECT_NE(sh(kSlope + " kv-merge " + s0 + " --layers 1-0 --out " + out).code, 0);
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 // anywhere, and `slope plan` explaining its output and refusing lengths the model cannot take.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -184,6 +185,20 @@ TEST(CliConventions, PlanRefusesLengthsBeyondTheModel) {
       "plan --predict --model configs/gpt-oss-120b --hardware mi250-gcd --mesh 1,16,2,1 --context 200k");
   EXPECT_EQ(p.code, 1);
   EXPECT_NE(p.out.find("max_position_embeddings 131072"), std::string::npos) << p.out;
+}
+
+// A FIFO given as the planner's model config or hardware profile is refused, not waited on.
+TEST(CliConventions, PlannerRefusesFifoInputs) {
+  const fs::path d = temp_dir("planfifo");
+  const std::string fifo = (d / "fifo.json").string();
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  auto hw = slope::testing::run_slope("plan --predict --model configs/gpt-oss-20b --hardware " + fifo +
+                                      " --mesh 1,1,1,1 --context 1k");
+  EXPECT_EQ(hw.code, 1) << hw.out;
+  EXPECT_NE(hw.out.find("FIFO"), std::string::npos) << hw.out;
+  auto model = slope::testing::run_slope("plan --predict --model " + fifo + " --hardware h100-sxm --mesh 1,1,1,1 --context 1k");
+  EXPECT_EQ(model.code, 1) << model.out;
+  EXPECT_NE(model.out.find("FIFO"), std::string::npos) << model.out;
 }
 
 }  // namespace

@@ -2,11 +2,17 @@
 // notes (gpt-oss-model.md sections 1 and 8, and the models' published parameter counts), and
 // malformed configs that must give errors naming the field.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "slope/core/error.h"
 #include "slope/model/config.h"
@@ -288,6 +294,77 @@ TEST(Config, ErrorsNameTheField) {
 
   msg = error_of([&] { load_config("/nonexistent/model"); });
   EXPECT_HAS(msg, "config.json");
+}
+
+// llama_json() with the text of one field's value replaced.
+std::string llama_with(const std::string& field, const std::string& value) {
+  std::string j = llama_json(R"(, "head_dim": 32, "max_position_embeddings": 2048)");
+  const std::string key = "\"" + field + "\": ";
+  const size_t at = j.find(key);
+  EXPECT_NE(at, std::string::npos) << field;
+  const size_t begin = at + key.size(), end = j.find_first_of(",}", begin);
+  return j.replace(begin, end - begin, value);
+}
+
+// Regression (issue 15, item 10): absurd sizes were cast to int64 unchecked (1e30 became
+// -9223372036854775808), ended in std::bad_alloc (1e9 layers) or surfaced as a random token
+// id (a vocabulary of 1e12). Each must be a range error naming the field and its value.
+TEST(Config, AbsurdValuesGetRangeErrorsNamingTheField) {
+  const std::string src = "/models/x/config.json";
+  EXPECT_EQ(parse_config(llama_with("hidden_size", "256"), src).hidden_size, 256);  // the helper works
+  struct Case {
+    const char* field;
+    const char* value;
+    const char* expect;
+  };
+  const Case cases[] = {
+      {"hidden_size", "1e30", "is 1e+30, a floating-point number; expected an integer"},
+      {"hidden_size", "256.0", "a floating-point number"},
+      {"hidden_size", "1000000000000", "is 1000000000000, out of range: SLOPE accepts at most 131072"},
+      {"num_hidden_layers", "1e9", "a floating-point number"},
+      {"num_hidden_layers", "1000000000", "is 1000000000, out of range"},
+      {"vocab_size", "1000000000000", "is 1000000000000, out of range"},
+      {"vocab_size", "1e12", "a floating-point number"},
+      {"intermediate_size", "-5", "is -5, expected a positive integer"},
+      {"num_attention_heads", "18446744073709551615", "is 18446744073709551615, out of range"},
+      {"num_attention_heads", "2.5", "a floating-point number"},
+      {"head_dim", "100000", "out of range"},
+      {"max_position_embeddings", "1e15", "a floating-point number"},
+      {"max_position_embeddings", "1000000000000000", "out of range"},
+      {"max_position_embeddings", "-1", "expected a positive integer"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = error_of([&] { parse_config(llama_with(c.field, c.value), src); });
+    EXPECT_HAS(msg, std::string("field '") + c.field + "'");
+    EXPECT_HAS(msg, c.expect);
+    EXPECT_HAS(msg, src);
+  }
+  // gpt-oss fields with their own limits.
+  const std::string gpt = R"({"architectures": ["GptOssForCausalLM"], "vocab_size": 100, "hidden_size": 64,
+      "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4, "num_local_experts": 100000})";
+  EXPECT_HAS(error_of([&] { parse_config(gpt, src); }), "field 'num_local_experts' is 100000, out of range");
+}
+
+// Regression (issue 15, defect 2): a FIFO in place of config.json blocked the read forever.
+TEST(Config, FifoInsteadOfConfigIsRefused) {
+  const fs::path d = fs::temp_directory_path() / ("slope_cfg_fifo_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  ASSERT_EQ(::mkfifo((d / "config.json").c_str(), 0644), 0);
+  auto done = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> result = done->get_future();
+  std::thread([dir = d.string(), done] {
+    try {
+      load_config(dir);
+      done->set_value("");
+    } catch (const std::exception& e) {
+      done->set_value(e.what());
+    }
+  }).detach();  // left blocked if it hangs: the test fails instead of stopping
+  ASSERT_EQ(result.wait_for(std::chrono::seconds(10)), std::future_status::ready) << "load_config hung on a FIFO";
+  const std::string msg = result.get();
+  EXPECT_HAS(msg, "is a FIFO (named pipe); only regular files are accepted");
+  fs::remove_all(d);
 }
 
 }  // namespace

@@ -2,13 +2,20 @@
 // Malformed files are written byte by byte here; every one must give a slope::Error whose
 // message names the problem, never a crash (these tests also run under ASan/UBSan).
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <iterator>
+#include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "slope/core/error.h"
 #include "slope/model/safetensors.h"
@@ -263,18 +270,75 @@ TEST_F(SafetensorsTest, ViewOutlivesFile) {
   EXPECT_EQ(f32.numel(), 64);
 }
 
-TEST_F(SafetensorsTest, ReadsHandWrittenHeaderWithPaddingAndGaps) {
-  // Trailing spaces (HF padding) and a null __metadata__ are legal; an unused gap is tolerated.
+TEST_F(SafetensorsTest, ReadsHandWrittenHeaderWithPadding) {
+  // Trailing spaces (HF padding) and a null __metadata__ are legal.
   float vals[2] = {1.5f, -2.0f};
-  std::string data(12, '\0');
-  std::memcpy(&data[4], vals, 8);
+  std::string data(8, '\0');
+  std::memcpy(&data[0], vals, 8);
   std::string p = write_raw("t.safetensors",
-                            R"({"__metadata__": null, "w": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}   )",
+                            R"({"__metadata__": null, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}   )",
                             data);
   SafetensorsFile f(p);
   Tensor w = f.get("w");
   EXPECT_EQ(w.data<float>()[0], 1.5f);
   EXPECT_EQ(w.data<float>()[1], -2.0f);
+}
+
+// Regression (issue 15, defect 4): the tensors must tile the data region exactly, and the
+// header may be padded with spaces only. A gap, bytes after the last tensor or a first tensor
+// that does not start at 0 were accepted before.
+TEST_F(SafetensorsTest, TensorsMustTileTheDataRegion) {
+  const std::string a = R"("a": {"dtype": "F32", "shape": [2], "data_offsets": )";
+  const std::string b = R"("b": {"dtype": "U8", "shape": [4], "data_offsets": )";
+  std::string msg = error_of([&] {
+    SafetensorsFile f(write_raw("gap.safetensors", "{" + a + "[0, 8]}, " + b + "[10, 14]}}", std::string(14, '\0')));
+  });
+  EXPECT_HAS(msg, "gap of 2 bytes after tensor 'a'");
+  msg = error_of([&] {
+    SafetensorsFile f(write_raw("start.safetensors", "{" + a + "[4, 12]}}", std::string(12, '\0')));
+  });
+  EXPECT_HAS(msg, "gap of 4 bytes after the header");
+  msg = error_of([&] {
+    SafetensorsFile f(write_raw("tail.safetensors", "{" + a + "[0, 8]}}", std::string(11, '\0')));
+  });
+  EXPECT_HAS(msg, "end at byte 8 of a data region of 11 bytes");
+  for (const std::string& pad : {std::string("\n"), std::string("\t "), std::string("  \r  ")}) {
+    msg = error_of([&] {
+      SafetensorsFile f(write_raw("pad.safetensors", "{" + a + "[0, 8]}}" + pad, std::string(8, '\0')));
+    });
+    EXPECT_HAS(msg, "followed only by spaces");
+  }
+  for (const std::string& pad : {std::string("  x"), std::string(1, '\0')}) {
+    msg = error_of([&] {
+      SafetensorsFile f(write_raw("pad.safetensors", "{" + a + "[0, 8]}}" + pad, std::string(8, '\0')));
+    });
+    EXPECT_HAS(msg, "header");  // "not valid JSON" or "followed only by spaces", as the parser sees it
+  }
+  msg = error_of([&] { SafetensorsFile f(write_raw("lead.safetensors", " {" + a + "[0, 8]}}", std::string(8, '\0'))); });
+  EXPECT_HAS(msg, "begin with '{'");
+}
+
+// Regression (issue 15, defect 4): a header length a few bytes off its true value. With the
+// padding spaces the JSON still parsed when the length was 2 short, and every tensor was read
+// 2 bytes early. Every shift must be rejected; the true length must read back the values.
+TEST_F(SafetensorsTest, ShiftedHeaderLengthIsRejected) {
+  const std::string header = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                             R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})" + std::string(6, ' ');
+  const float vals[3] = {1.0f, 2.0f, 3.0f};
+  std::string data(12, '\0');
+  std::memcpy(data.data(), vals, 12);
+  {
+    SafetensorsFile good(write_raw("good.safetensors", header, data));
+    EXPECT_EQ(good.get("b").data<float>()[0], 3.0f);
+  }
+  for (int shift : {-6, -4, -2, -1, 1, 2, 3}) {
+    const std::string p = write_raw("shift.safetensors", header, data, uint64_t(int64_t(header.size()) + shift));
+    const std::string msg = error_of([&] { SafetensorsFile f(p); });
+    EXPECT_FALSE(msg.empty()) << "header length shifted by " << shift << " was accepted";
+    EXPECT_HAS(msg, "shift.safetensors");
+  }
+  const std::string msg = error_of([&] { SafetensorsFile f(write_raw("m2.safetensors", header, data, header.size() - 2)); });
+  EXPECT_HAS(msg, "tile the data region");
 }
 
 TEST_F(SafetensorsTest, WriterRejectsMismatchAndLeavesNoPartialFile) {
@@ -329,6 +393,70 @@ TEST_F(SafetensorsTest, CorruptedBytesNeverCrash) {
   }
   EXPECT_GT(rejected, 100);
   EXPECT_GT(opened, 0);  // flips inside tensor data are legal
+}
+
+// Runs f on a thread and returns the slope::Error it throws; "HUNG" if it has not finished
+// within `seconds` (the thread is then left blocked: a hang must fail the test, not stop it).
+template <typename F>
+std::string error_within(F f, double seconds = 10) {
+  auto done = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> result = done->get_future();
+  std::thread([f, done] {
+    try {
+      f();
+      done->set_value("");
+    } catch (const Error& e) {
+      done->set_value(e.what());
+    } catch (const std::exception& e) {
+      done->set_value(std::string("not a slope::Error: ") + e.what());
+    }
+  }).detach();
+  if (result.wait_for(std::chrono::duration<double>(seconds)) != std::future_status::ready) return "HUNG";
+  return result.get();
+}
+
+// Regression (issue 15, defect 2): a FIFO in place of a weights file or the index made the
+// open wait for a writer forever. It must be refused at once, saying why.
+TEST_F(SafetensorsTest, FifoInsteadOfAFileIsRefused) {
+  ASSERT_EQ(::mkfifo(path("model.safetensors").c_str(), 0644), 0);
+  std::string msg = error_within([this] { WeightStore ws(dir_.string()); });
+  EXPECT_HAS(msg, "is a FIFO (named pipe); only regular files are accepted");
+  msg = error_within([this] { SafetensorsFile f(path("model.safetensors")); });
+  EXPECT_HAS(msg, "is a FIFO");
+  ASSERT_EQ(::mkfifo(path("model.safetensors.index.json").c_str(), 0644), 0);
+  msg = error_within([this] { WeightStore ws(dir_.string()); });
+  EXPECT_HAS(msg, "safetensors index");
+  EXPECT_HAS(msg, "is a FIFO");
+  fs::create_directories(path("dir.safetensors"));
+  msg = error_within([this] { SafetensorsFile f(path("dir.safetensors")); });
+  EXPECT_HAS(msg, "is a directory");
+}
+
+// Regression (issue 15, defect 5): the writer replaced whatever was at the path (a device node
+// became a regular file). It must refuse anything that is not a regular file and leave it.
+TEST_F(SafetensorsTest, WriterRefusesDevicesFifosAndDirectories) {
+  const std::vector<std::pair<std::string, Tensor>> t = {{"a", iota_tensor({2}, DType::F32)}};
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  std::string msg = error_within([&] { write_safetensors(path("fifo"), t); });
+  EXPECT_HAS(msg, "is a FIFO (named pipe); only a regular file or a new path is written");
+  EXPECT_TRUE(fs::is_fifo(path("fifo")));
+  fs::create_directories(path("d"));
+  msg = error_within([&] { write_safetensors(path("d"), t); });
+  EXPECT_HAS(msg, "is a directory");
+  EXPECT_TRUE(fs::is_directory(path("d")));
+  // A character device of our own (root only); /dev/null itself is never put at risk.
+  if (::mknod(path("null").c_str(), S_IFCHR | 0644, makedev(1, 3)) == 0) {
+    msg = error_within([&] { write_safetensors(path("null"), t); });
+    EXPECT_HAS(msg, "is a character device");
+    EXPECT_TRUE(fs::is_character_file(path("null")));
+  }
+  // A regular file is replaced, and no temporary file is left.
+  write_bytes("old.safetensors", "old");
+  write_safetensors(path("old.safetensors"), t);
+  EXPECT_EQ(SafetensorsFile(path("old.safetensors")).get("a").numel(), 2);
+  int entries = 0;
+  for (const auto& e : fs::directory_iterator(dir_)) entries += e.path().filename().string().find(".tmp") != std::string::npos;
+  EXPECT_EQ(entries, 0);
 }
 
 // ---------------------------------------------------------------------------------------------
