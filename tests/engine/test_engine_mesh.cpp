@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -169,17 +170,22 @@ int main(int argc, char** argv) {
       }
     };
 
+    // A bad request fails with its message (and the engine goes on to the next one).
+    auto expect_failure = [&](const Step& s, const std::function<void()>& call) {
+      std::string error;
+      try {
+        call();
+      } catch (const Error& e) {
+        error = e.what();
+      }
+      check(error.find(s.expect_error) != std::string::npos,
+            "bad request: expected an error with '" + s.expect_error + "', got '" + error + "'");
+    };
+
     if (!a.coordinator) {  // every rank drives the engine with the same requests
       for (const Step& s : steps) {
         if (!s.expect_error.empty()) {
-          std::string error;
-          try {
-            eng.prefill(s.request);
-          } catch (const Error& e) {
-            error = e.what();
-          }
-          check(error.find(s.expect_error) != std::string::npos,
-                "bad request: expected an error with '" + s.expect_error + "', got '" + error + "'");
+          expect_failure(s, [&] { eng.prefill(s.request); });
           continue;
         }
         compare(s.request, eng.prefill(s.request));
@@ -201,14 +207,7 @@ int main(int argc, char** argv) {
           }
         }
         if (!s.expect_error.empty()) {
-          std::string error;
-          try {
-            eng.submit(s.request);
-          } catch (const Error& e) {
-            error = e.what();
-          }
-          check(error.find(s.expect_error) != std::string::npos,
-                "bad request: expected an error with '" + s.expect_error + "', got '" + error + "'");
+          expect_failure(s, [&] { eng.submit(s.request); });
           continue;
         }
         compare(s.request, eng.submit(s.request));
