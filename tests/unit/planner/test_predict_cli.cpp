@@ -72,4 +72,21 @@ TEST_F(CliPredict, BadMeshSaysWhatToWrite) {
   EXPECT_NE(odd.out.find("query heads"), std::string::npos) << odd.out;
 }
 
+// Issue 15, defect 1: absurd lengths used to overflow the cost model's chunk count and crash
+// it (SIGSEGV, no message). They must exit 1 with a message, as must a chunk count too large.
+TEST_F(CliPredict, AbsurdContextIsAnErrorNotACrash) {
+  for (const std::string ctx : {"9223372036854775807", "9000000000000000k", "2049m", "99999999999999999999999"}) {
+    auto r = run("--model configs/gpt-oss-120b --hardware profiles/h100-sxm.json --mesh 1,8,1,1 --context " + ctx);
+    EXPECT_EQ(r.code, 1) << ctx << ": " << r.out;
+    EXPECT_NE(r.out.find("2048m"), std::string::npos) << ctx << ": " << r.out;
+  }
+  auto chunks = run("--model configs/gpt-oss-120b --hardware profiles/h100-sxm.json --mesh 1,1,2,1,1 --context 1m");
+  EXPECT_EQ(chunks.code, 1) << chunks.out;
+  EXPECT_NE(chunks.out.find("use a chunk of at least"), std::string::npos) << chunks.out;
+  // The largest accepted length, on a small mesh, predicts.
+  auto big = run("--model configs/gpt-oss-120b --hardware profiles/h100-sxm.json --mesh 1,8,1,1 --context 2048m --json");
+  ASSERT_EQ(big.code, 0) << big.out;
+  EXPECT_EQ(nlohmann::json::parse(big.out)["tokens"].get<int64_t>(), int64_t{1} << 31);
+}
+
 }  // namespace
