@@ -51,6 +51,7 @@ struct RunArgs {
   int64_t max_memory = 0;
   bool dry_run = false;
   bool check = false;
+  bool check_weights = false;
   double timeout = parallel::kDefaultTimeoutSeconds;
 };
 
@@ -235,6 +236,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   lo.load_head = topo.stage() == a.pp - 1;
   lo.tp_rank = topo.tp_rank();
   lo.tp_size = a.tp;
+  lo.check_weights = a.check_weights;
   const double t_load = now_seconds();
   auto model = model::Model::load(a.model_dir, lo);
   const double load_s = now_seconds() - t_load;
@@ -442,6 +444,7 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--max-memory", a.max_memory, "refuse to run if a rank would need more than BYTES (predicted)");
   app.add_flag("--dry-run", a.dry_run, "print each rank's predicted memory and exit without computing");
   app.add_flag("--check", a.check, "also run the prompt on one rank and compare logits and KV");
+  app.add_flag("--check-weights", a.check_weights, "scan every weight for NaN/Inf at load, naming the tensor (COST)");
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
   app.add_flag("--json", a.json, "print one JSON object");
   try {

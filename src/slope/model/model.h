@@ -26,6 +26,10 @@ struct LoadOptions {
   // Tensor parallelism: this rank's slice of heads and intermediate columns (TensorSlice::of).
   int tp_rank = 0;
   int tp_size = 1;
+  // Scan every tensor this rank loads for NaN and Inf (and MXFP4 scales that dequantise to
+  // Inf) before packing, and throw slope::Error naming the first bad tensor and element. One
+  // extra read of the checkpoint: docs/reliability.md gives what it costs.
+  bool check_weights = false;
 };
 
 class Model {
