@@ -444,7 +444,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--max-memory", a.max_memory, "refuse to run if a rank would need more than BYTES (predicted)");
   app.add_flag("--dry-run", a.dry_run, "print each rank's predicted memory and exit without computing");
   app.add_flag("--check", a.check, "also run the prompt on one rank and compare logits and KV");
-  app.add_flag("--check-weights", a.check_weights, "scan every weight for NaN/Inf at load, naming the tensor (COST)");
+  app.add_flag("--check-weights", a.check_weights, "scan every weight for NaN/Inf at load and name the tensor "
+               "(one more read of the weights: about 0.1 s per GB, 2% of the bench model's load)");
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
   app.add_flag("--json", a.json, "print one JSON object");
   try {

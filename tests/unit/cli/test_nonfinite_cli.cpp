@@ -47,4 +47,20 @@ TEST_F(CliNonFinite, InfWeightFailsNamingTheLayer) {
   fs::remove_all(d);
 }
 
+// Under MPI every rank agrees: with --pp 2 the Inf is in stage 1's layer, and rank 0 (stage 0,
+// all finite there) fails too, naming layer 1, instead of waiting for logits that never come.
+TEST_F(CliNonFinite, EveryRankNamesTheSameLayer) {
+  const fs::path d = slope::testing::corrupt_model_copy(kLlama, "cli_pp", "model.layers.1.self_attn.o_proj.weight",
+                                                        std::numeric_limits<float>::infinity(), 10);
+  auto r = slope::testing::run_command(
+      "cd " + d.string() + " && mpirun --allow-run-as-root --oversubscribe -x OMP_NUM_THREADS=1 -np 2 " + SLOPE_BINARY +
+      " run --model " + d.string() + " --random-tokens 16 --pp 2 --timeout 60");
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("rank 0: error: the prefill produced non-finite values (NaN or Inf), first in layer 1 "),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("first in layer 0 "), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
 }  // namespace
