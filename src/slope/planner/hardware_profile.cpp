@@ -116,8 +116,8 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    fail(source, ": not valid JSON (", e.what(), "); fix the syntax at the byte it names");
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
+    fail(source, ": not valid JSON (", e.what(), "); fix the syntax or the number at the byte it names");
   }
   Reader r{source};
   SLOPE_CHECK(j.is_object(), source, ": a hardware profile is a JSON object; see docs/planner.md");
