@@ -173,7 +173,7 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
                 ": \"engine.attention_block_q\" and \"engine.attention_block_k\" go together (both > 0, or neither)");
     // The cost model walks the tiles of a call one query block at a time: tiles of fewer than 8
     // rows (no real kernel's) and calibration lengths above 2^24 tokens would make one
-    // prediction take seconds (found by fuzz_profile).
+    // prediction take seconds.
     SLOPE_CHECK(g.attention_block_q == 0 || (g.attention_block_q >= 8 && g.attention_block_k >= 8), source,
                 ": \"engine.attention_block_q\" and \"engine.attention_block_k\" must be at least 8 (the kernel's tile "
                 "rows and keys; slope calibrate writes them)");
