@@ -17,7 +17,7 @@ namespace slope::testing {
 
 // Copies MODEL_DIR (config.json and a single model.safetensors) to a new directory under the
 // system temp dir named after `tag`, with element `element` of tensor `name` set to `value`
-// (NaN or ±Inf, written in the tensor's dtype). Returns the new directory.
+// (NaN or ±Inf, written in the tensor's dtype; a U8 tensor gets 255). Returns the new directory.
 inline std::filesystem::path corrupt_model_copy(const std::filesystem::path& model_dir, const std::string& tag,
                                                 const std::string& name, float value, int64_t element = 0) {
   namespace fs = std::filesystem;
@@ -35,6 +35,8 @@ inline std::filesystem::path corrupt_model_copy(const std::filesystem::path& mod
     if (n == name) {
       if (t.dtype() == DType::F32) {
         t.data<float>()[element] = value;
+      } else if (t.dtype() == DType::U8) {  // an MXFP4 scale: 255 is e8m0's NaN
+        t.data<uint8_t>()[element] = 255;
       } else {  // BF16 / F16 bit patterns of NaN and ±Inf
         const bool bf16 = t.dtype() == DType::BF16;
         uint16_t bits = std::isnan(value) ? (bf16 ? 0x7fc0 : 0x7e00) : (bf16 ? 0x7f80 : 0x7c00);

@@ -101,6 +101,23 @@ TEST(NonFinite, CheckWeightsNamesTheTensor) {
   fs::remove_all(d);
 }
 
+// An MXFP4 scale of 255 (e8m0's NaN; it dequantises to Inf) is reported by check_weights.
+TEST(NonFinite, Mxfp4ScaleOf255) {
+  const fs::path gpt = fs::path(SLOPE_REFERENCE_DIR) / "fixtures/gpt_oss_mxfp4/model";
+  const fs::path d = slope::testing::corrupt_model_copy(gpt, "mxfp4", "model.layers.1.mlp.experts.down_proj_scales", kNaN, 0);
+  model::LoadOptions lo;
+  lo.check_weights = true;
+  try {
+    model::Model::load(d.string(), lo);
+    ADD_FAILURE() << "load with check_weights accepted a scale of 255";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.layers.1.mlp.experts.down_proj_scales [4, 64, 2] holds an MXFP4 scale"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(d);
+}
+
 TEST(NonFinite, FirstNonfiniteFindsEveryDtype) {
   std::vector<float> x(10000, 1.0f);
   EXPECT_EQ(first_nonfinite(x.data(), int64_t(x.size())), -1);
