@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Installs SLOPE's dependencies from Debian 12 packages (idempotent). With no argument: what the
-# slope binary needs to build and run (the quickstart). With --tests: also what the tests and
-# benchmarks need (scripts/test.sh).
+# Installs SLOPE's dependencies from Debian 12 packages (idempotent).
+#   scripts/install-deps.sh          what the slope binary needs to build and run (the quickstart)
+#   scripts/install-deps.sh --tests  also what the tests and benchmarks need (scripts/test.sh)
+#   scripts/install-deps.sh --fuzz   also clang 14 with libFuzzer and its OpenMP (scripts/fuzz.sh)
 set -euo pipefail
 # libdnnl-dev's CMake config calls find_package(OpenCL) (Debian builds oneDNN with its OpenCL
 # runtime), but only *recommends* the packages that satisfy it; we install with
@@ -11,7 +12,9 @@ pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
 for arg in "$@"; do
   case "$arg" in
     --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox python3 python3-venv) ;;
-    *) echo "install-deps.sh: unknown option '$arg' (use --tests)" >&2; exit 2 ;;
+    # clang++ and -fsanitize=fuzzer,address,undefined (libclang-rt-14-dev); libomp for OpenMP.
+    --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
+    *) echo "install-deps.sh: unknown option '$arg' (use --tests and/or --fuzz)" >&2; exit 2 ;;
   esac
 done
 missing=()

@@ -1,6 +1,5 @@
 // `slope plan`: which deployments of a cluster meet a TTFT SLO at each context length, ranked
 // by the request rate they sustain at the SLO, beside the TP-inside-a-node baseline.
-#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -18,41 +17,13 @@
 #include "slope/model/config.h"
 #include "slope/planner/cost_model.h"
 #include "slope/planner/hardware_profile.h"
+#include "slope/planner/parse.h"
 #include "slope/planner/plan.h"
 
 #include <nlohmann/json.hpp>
 
 namespace slope::cli {
 namespace {
-
-// "32k" = 32768, "1m" = 1048576 (binary multiples, as context windows are usually quoted);
-// plain integers are exact, so "100000" is 100,000 tokens.
-std::vector<int64_t> parse_contexts(const std::string& text) {
-  std::vector<int64_t> out;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::string s;
-    for (char c : item)
-      if (!std::isspace(static_cast<unsigned char>(c))) s += char(std::tolower(static_cast<unsigned char>(c)));
-    SLOPE_CHECK(!s.empty(), "--context '", text, "' has an empty entry; write e.g. 32k,64k,100000");
-    int64_t mult = 1;
-    if (s.back() == 'k') mult = 1024, s.pop_back();
-    else if (s.back() == 'm') mult = 1024 * 1024, s.pop_back();
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(s, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SLOPE_CHECK(used == s.size() && !s.empty() && v > 0, "--context entry '", item,
-                "' is not a positive token count; write e.g. 32k,64k,100000 (k = 1024)");
-    out.push_back(v * mult);
-  }
-  SLOPE_CHECK(!out.empty(), "--context is empty; write e.g. 32k,64k,100000");
-  return out;
-}
 
 // A config.json, the directory holding it, or the name of a shipped config (configs/NAME, found
 // in the data directories: the current one, the installed share/slope, the source tree).
@@ -67,35 +38,6 @@ model::ModelConfig read_model(const std::string& path) {
               "'; pass a HF config.json, the directory holding it, or a shipped config's name such as "
               "gpt-oss-120b (see configs/)");
   return model::parse_config(read_regular_file(path, "model config"), path);
-}
-
-// "U,R,P,TP[,chunk]" -> Mesh; chunk absent or -1: the engine's default for P > 1.
-planner::Mesh parse_mesh(const std::string& text, int64_t tokens) {
-  std::vector<int64_t> v;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long x = 0;
-    try {
-      x = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    SLOPE_CHECK(used == item.size() && !item.empty(), "--mesh '", text,
-                "': entries must be integers; write U,R,P,TP[,chunk], e.g. 1,2,1,1 or 1,1,2,1,2048");
-    v.push_back(x);
-  }
-  SLOPE_CHECK(v.size() == 4 || v.size() == 5, "--mesh '", text,
-              "' needs 4 or 5 entries: U,R,P,TP[,chunk] (chunk: tokens per pipeline chunk, 0 = whole prompt)");
-  for (size_t i = 0; i < 4; ++i)
-    SLOPE_CHECK(v[i] >= 1 && v[i] <= 1 << 20, "--mesh '", text, "': U, R, P and TP must be at least 1");
-  planner::Mesh m;
-  m.U = int(v[0]), m.R = int(v[1]), m.P = int(v[2]), m.TP = int(v[3]);
-  const int64_t chunk = v.size() == 5 ? v[4] : -1;
-  SLOPE_CHECK(chunk >= -1, "--mesh '", text, "': chunk must be 0 (whole prompt), positive, or -1 (engine default)");
-  m.chunk = chunk < 0 ? planner::default_pipeline_chunk(m.P, tokens) : chunk;
-  return m;
 }
 
 // Lengths beyond the model's position limit are refused, as `slope run` refuses such prompts.
@@ -150,10 +92,10 @@ int cmd_predict(int argc, char** argv) {
   planner::CostOptions opt;
   opt.compute_dtype = dtype;
   opt.use_engine_spec = !no_engine;
-  const std::vector<int64_t> contexts = parse_contexts(contexts_text);
+  const std::vector<int64_t> contexts = planner::parse_contexts(contexts_text);
   check_contexts(contexts, cfg, model_path);
   for (int64_t n : contexts) {
-    const planner::Mesh mesh = parse_mesh(mesh_text, n);
+    const planner::Mesh mesh = planner::parse_mesh(mesh_text, n);
     const planner::Prediction p = planner::predict(cfg, hw, mesh, n, opt);
     const planner::PhaseTimes& ph = p.phases;
     const std::pair<const char*, double> phases[] = {
@@ -242,7 +184,7 @@ int cmd_plan(int argc, char** argv) {
   planner::Cluster cluster{nodes, devices > 0 ? devices : hw.node.devices_per_node};
 
   planner::PlanOptions opt;
-  opt.contexts = parse_contexts(contexts_text);
+  opt.contexts = planner::parse_contexts(contexts_text);
   check_contexts(opt.contexts, cfg, model_path);
   opt.ttft_slo_s = slo;
   opt.slo_quantile = quantile;

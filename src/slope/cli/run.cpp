@@ -56,6 +56,7 @@ struct RunArgs {
   bool check = false;
   bool quiet = false;
   bool pp_chunk_given = false;
+  bool check_weights = false;
   double timeout = parallel::kDefaultTimeoutSeconds;
 };
 
@@ -256,6 +257,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   ec.timeout_s = a.timeout;
   ec.max_memory = a.max_memory;
   ec.balance_tokens = n;  // stages balanced for the first prompt
+  ec.check_weights = a.check_weights;
   ec.on_layer_loaded = [&](int done, int total) {
     progress.update(str_cat("loading ", a.model_dir, ": layer ", done, "/", total), done == total);
   };
@@ -282,7 +284,14 @@ int run(const RunArgs& a, parallel::Communicator& world) {
                               p.tokens_done, "/", p.tokens, " tokens, layer ", p.layer, "/", p.layers));
     };
   if (!on_every_rank(world, "run", [&] { eng->validate(request); })) return kExitError;
-  engine::PrefillOutput output = eng->prefill(request);
+  engine::PrefillOutput output;
+  try {
+    output = eng->prefill(request);
+  } catch (const RequestError& e) {  // every rank raised it (e.g. a non-finite result): report once
+    if (W == 1) throw;
+    if (rank == 0) std::cerr << "slope run: error: " << e.what() << "\n";
+    return kExitError;
+  }
   progress.done();
   std::vector<engine::PrefillResult>& results = output.results;
   const double ttft = output.ttft_s;
@@ -468,6 +477,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--max-memory", a.max_memory, "refuse to run if a rank would need more than BYTES (predicted)");
   app.add_flag("--dry-run", a.dry_run, "print each rank's predicted memory and exit without computing");
   app.add_flag("--check", a.check, "also run the prompt on one rank and compare logits and KV");
+  app.add_flag("--check-weights", a.check_weights, "scan every weight for NaN/Inf at load and name the tensor "
+               "(one more read of the weights: about 0.1 s per GB, 2% of the bench model's load)");
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing (positive)");
   app.add_flag("--json", a.json, "print one JSON object");
   app.add_flag("--quiet", a.quiet, "no progress lines (shown only on a terminal, by rank 0)");

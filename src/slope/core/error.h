@@ -13,6 +13,14 @@ class Error : public std::runtime_error {
   explicit Error(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An error caused by one request's data and raised by every rank of a mesh at the same point
+// (e.g. a non-finite result, agreed by an all-reduce): the ranks are still in step afterwards,
+// so a long-lived engine stays usable for the next request.
+class RequestError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Concatenates any streamable arguments into one string.
 template <typename... Args>
 std::string str_cat(const Args&... args) {

@@ -49,6 +49,7 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
     lo.tp_rank = world.rank() % S % config.mesh.tp;
     lo.tp_size = config.mesh.tp;
     lo.on_layer_loaded = config.on_layer_loaded;
+    lo.check_weights = config.check_weights;
     model_ = model::Model::load(config.model_dir, lo);
   } catch (const Error& e) {
     error = e.what();
@@ -103,6 +104,8 @@ PrefillOutput PrefillEngine::prefill(const PrefillRequest& request) {
   validate(request);
   try {
     return run(request);
+  } catch (const RequestError&) {
+    throw;  // raised by every rank at the same point: the mesh is still in step
   } catch (const std::exception& e) {
     broken_ = e.what();  // ranks may be anywhere in the prefill: the mesh is out of step
     throw;
@@ -215,6 +218,8 @@ PrefillOutput PrefillEngine::submit(const PrefillRequest& request) {
   try {
     ship(&request);
     return run(request);
+  } catch (const RequestError&) {
+    throw;
   } catch (const std::exception& e) {
     broken_ = e.what();
     throw;
@@ -253,6 +258,8 @@ void PrefillEngine::serve(const std::function<void(const PrefillOutput&)>& on_re
     PrefillOutput out;
     try {
       out = run(r);  // rank 0 validated it
+    } catch (const RequestError&) {
+      continue;  // rank 0 gets the same error from submit(); wait for the next request
     } catch (const std::exception& e) {
       broken_ = e.what();
       throw;

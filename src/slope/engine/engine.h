@@ -42,6 +42,7 @@ struct EngineConfig {
   double timeout_s = 300;                                  // a rank waits this long for a peer
   int64_t max_memory = 0;                                  // bytes a rank may need (predicted); 0: no limit
   int64_t balance_tokens = 4096;                           // prompt length the stages are balanced for
+  bool check_weights = false;                              // scan the weights for NaN/Inf at load
   std::function<void(int, int)> on_layer_loaded;           // progress while loading (layers done, total)
 };
 

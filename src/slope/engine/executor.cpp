@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "slope/core/error.h"
+#include "slope/core/finite.h"
 #include "slope/core/sys.h"
 
 namespace slope::engine {
@@ -26,6 +27,27 @@ model::SequenceShard concat(const std::vector<model::SequenceShard>& parts, int6
     for (const model::Segment& seg : parts[i].segments)
       if (seg.length > 0) s.segments.push_back(seg);
   return s;
+}
+
+// Where non-finite values first appeared, as one number that orders by place, then prompt:
+// (place) · prompts + prompt, with place 0 = embedding, 1 + l = layer l, num_layers + 1 =
+// final norm and lm_head. kAllFinite when none did.
+constexpr int64_t kAllFinite = std::numeric_limits<int64_t>::max();
+
+[[noreturn]] void fail_nonfinite(int64_t code, int64_t prompts, int64_t num_layers) {
+  const int64_t place = code / prompts, prompt = code % prompts;
+  const std::string of_prompt = prompts > 1 ? str_cat(" (prompt ", prompt, ")") : "";
+  const std::string check =
+      "; `slope run --check-weights` scans every weight at load and names the tensor holding NaN or Inf";
+  if (place == 0)
+    throw RequestError(str_cat("the prefill produced non-finite values (NaN or Inf), first in the embedding",
+                               of_prompt, ": model.embed_tokens.weight is likely corrupt", check));
+  if (place <= num_layers)
+    throw RequestError(str_cat("the prefill produced non-finite values (NaN or Inf), first in layer ", place - 1,
+                               of_prompt, " (its output or K/V): the weights of model.layers.", place - 1,
+                               " are likely corrupt, or its activations overflowed", check));
+  throw RequestError(str_cat("the prefill produced non-finite logits (NaN or Inf) from finite hidden states",
+                             of_prompt, ": model.norm.weight or lm_head.weight is likely corrupt", check));
 }
 
 }  // namespace
@@ -72,6 +94,11 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     parallel::Request request;
   };
   std::deque<PendingSend> sends;
+  const int64_t n_prompts = int64_t(prompts.size());
+  int64_t nonfinite = kAllFinite;  // the first place a non-finite value appeared (see above)
+  auto found_nonfinite = [&](int64_t place, size_t b) {
+    nonfinite = std::min(nonfinite, place * n_prompts + int64_t(b));
+  };
   for (size_t b = 0; b < prompts.size(); ++b) {
     PromptState& ps = st[b];
     PrefillResult& r = ps.result;
@@ -89,6 +116,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
         ids.reserve(m);
         for (int64_t p : rows.positions()) ids.push_back(prompts[b][p]);
         model.embed(ids.data(), m, h.data<float>());
+        if (!all_finite(h.data<float>(), m * H)) found_nonfinite(0, b);
         r.times.embed += now_seconds() - te;
       } else if (m > 0) {
         const double tw = now_seconds();
@@ -102,6 +130,11 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
         model::decoder_layer_forward(ctx, l, model.layer(l), h.data<float>(), rows, runner,
                                      r.k[li].data<float>(), r.v[li].data<float>(), ps.rows_done,
                                      kv_shard);
+        // This chunk's output and the K/V rows it wrote: one pass each.
+        const int64_t kv0 = ps.rows_done * Hkv * D, kvn = m * Hkv * D;
+        if (!all_finite(h.data<float>(), m * H) || !all_finite(r.k[li].data<float>() + kv0, kvn) ||
+            !all_finite(r.v[li].data<float>() + kv0, kvn))
+          found_nonfinite(1 + l, b);
         if (opts.on_progress) {
           PrefillProgress pg;
           pg.prompt = int(b);
@@ -131,6 +164,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
         r.has_logits = true;
         r.logits.resize(c.vocab_size);
         model.logits(h.data<float>() + last * H, r.logits.data());
+        if (!all_finite(r.logits.data(), c.vocab_size)) found_nonfinite(1 + c.num_layers, b);
         r.top_logprobs = top_logprobs(r.logits.data(), c.vocab_size, std::max(1, opts.top_k));
         r.first_token = r.top_logprobs[0].token;
         r.times.lm_head += now_seconds() - tl;
@@ -145,6 +179,14 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
   const double tw = now_seconds();
   for (PendingSend& s : sends) s.request.wait();
   pt.send_wait_seconds += now_seconds() - tw;
+
+  // Every rank learns the first place any rank saw a non-finite value, and all fail alike.
+  if (plan.world && plan.world->size() > 1) {
+    int64_t neg = -nonfinite;  // the minimum as a maximum
+    plan.world->allreduce(&neg, 1, parallel::ReduceOp::Max);
+    nonfinite = -neg;
+  }
+  if (nonfinite != kAllFinite) fail_nonfinite(nonfinite, n_prompts, c.num_layers);
 
   std::vector<PrefillResult> out;
   for (PromptState& ps : st) out.push_back(std::move(ps.result));

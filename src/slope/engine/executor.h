@@ -35,6 +35,9 @@ struct StagePlan {
   model::AllReduceFn tp_allreduce;
   // False on ranks whose logits would duplicate another's (tensor ranks other than 0).
   bool may_report_logits = true;
+  // Every rank of the prefill (null: this rank computes it alone). The check for non-finite
+  // values is combined over it, so that all ranks fail together, naming the same layer.
+  parallel::Communicator* world = nullptr;
 };
 
 struct PipelineTimes {
@@ -47,6 +50,11 @@ struct PipelineTimes {
 // Runs every prompt through this rank's layers (model.first_layer() .. last_layer()).
 // chunk_tokens <= 0 means one chunk per prompt. Results are per prompt; `shard` in each is this
 // rank's rows of that prompt in buffer order (chunk by chunk).
+//
+// A non-finite result is never returned: the hidden state after the embedding and after every
+// layer, each layer's K/V and the logits are scanned for NaN and Inf (one pass each, cheap next
+// to the layer), and if any holds one, every rank of plan.world throws slope::Error naming the
+// first place (embedding, layer l, or final norm / lm_head) where it appeared.
 std::vector<PrefillResult> run_prefill(const model::Model& model,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int64_t chunk_tokens, const StagePlan& plan,

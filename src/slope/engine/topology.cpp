@@ -103,6 +103,7 @@ StagePlan Topology::stage_plan() const {
   p.stage = stage_;
   p.num_stages = shape_.pp;
   p.pipe = &world_;
+  p.world = &world_;
   p.prev_rank = stage_ > 0 ? world_.rank() - S : -1;
   p.next_rank = stage_ < shape_.pp - 1 ? world_.rank() + S : -1;
   if (cp_mesh_) {

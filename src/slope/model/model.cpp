@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "slope/core/error.h"
+#include "slope/core/finite.h"
 #include "slope/core/half.h"
 #include "slope/kernels/norm.h"
 
@@ -56,6 +57,48 @@ kernels::Linear WeightLoader::linear(const std::vector<WeightRows>& parts, int64
   return pack(w, b.empty() ? nullptr : b.data<float>());
 }
 
+namespace {
+
+// The layer of "model.layers.N.<rest>", or -1 for other names.
+int layer_of(const std::string& name) {
+  const std::string prefix = "model.layers.";
+  if (name.compare(0, prefix.size(), prefix) != 0) return -1;
+  size_t i = prefix.size();
+  int layer = 0;
+  bool digits = false;
+  for (; i < name.size() && name[i] >= '0' && name[i] <= '9' && layer < (1 << 24); ++i, digits = true)
+    layer = layer * 10 + (name[i] - '0');
+  return digits && i < name.size() && name[i] == '.' ? layer : -1;
+}
+
+// --check-weights: the tensors of `store` that a model loaded with `o` (layers [first, last))
+// reads, scanned in their checkpoint dtype. MXFP4 scales (U8 e8m0) of 254 and 255 are reported
+// too: 255 is e8m0's NaN, and 2^127 times an e2m1 value of 2 or more overflows to Inf.
+void check_weights(const WeightStore& store, const ModelConfig& c, const LoadOptions& o, int last) {
+  for (const std::string& name : store.names()) {
+    const int layer = layer_of(name);
+    if (layer >= 0 && (layer < o.first_layer || layer >= last)) continue;
+    if (layer < 0) {
+      const bool embedding = name == "model.embed_tokens.weight";
+      if (embedding && !o.load_embedding && !(o.load_head && c.tie_word_embeddings)) continue;
+      if ((name == "lm_head.weight" || name == "model.norm.weight") && !o.load_head) continue;
+    }
+    const Tensor t = store.get(name);
+    int64_t bad = first_nonfinite(t);
+    const bool scales = t.dtype() == DType::U8 && name.size() > 7 && name.compare(name.size() - 7, 7, "_scales") == 0;
+    if (scales) {
+      const uint8_t* p = t.data<uint8_t>();
+      for (int64_t i = 0; i < t.numel() && bad < 0; ++i)
+        if (p[i] >= 254) bad = i;
+    }
+    SLOPE_CHECK(bad < 0, "--check-weights: tensor ", name, " ", shape_str(t.shape()), " holds ",
+                scales ? "an MXFP4 scale that dequantises to Inf or NaN" : "a non-finite value (NaN or Inf)",
+                " at element ", bad, "; the checkpoint is corrupt: restore or re-download it");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptions& opts) {
   auto m = std::make_unique<Model>();
   m->cfg_ = load_config(model_dir);
@@ -70,6 +113,7 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
   m->slice_ = opts.tp_size > 1 ? TensorSlice::of(c, opts.tp_rank, opts.tp_size) : TensorSlice::whole(c);
 
   WeightStore store(model_dir);
+  if (opts.check_weights) check_weights(store, c, opts, m->opts_.last_layer);
   WeightLoader wl{store, c, m->slice_, opts.compute, &m->weight_bytes_};
   const int64_t V = c.vocab_size, H = c.hidden_size;
   if (opts.load_embedding) {

@@ -29,6 +29,10 @@ struct LoadOptions {
   int tp_size = 1;
   // Called after each decoder layer is loaded with (layers loaded, layers to load): progress.
   std::function<void(int, int)> on_layer_loaded;
+  // Scan every tensor this rank loads for NaN and Inf (and MXFP4 scales that dequantise to
+  // Inf) before packing, and throw slope::Error naming the first bad tensor and element. One
+  // extra read of the checkpoint: docs/reliability.md gives what it costs.
+  bool check_weights = false;
 };
 
 class Model {

@@ -249,6 +249,9 @@ std::string mesh_problem(const ModelConfig& cfg, const HardwareProfile& hw, cons
   std::ostringstream why;
   const int D = hw.node.devices_per_node;
   if (m.U < 1 || m.R < 1 || m.P < 1 || m.TP < 1) return "every degree (U, R, P, TP) must be at least 1";
+  if (m.U > kMaxMeshDegree || m.R > kMaxMeshDegree || m.P > kMaxMeshDegree || m.TP > kMaxMeshDegree ||
+      int64_t(m.U) * m.R * m.P * m.TP > kMaxMeshRanks)
+    return str_cat("degrees above ", kMaxMeshDegree, " or more than ", kMaxMeshRanks, " ranks are not modelled");
   if (m.chunk < 0) return "chunk size must be 0 (whole prompt) or positive";
   if (cfg.num_heads % (int64_t(m.U) * m.TP) != 0) {
     why << "U·TP = " << m.U * m.TP << " does not divide the " << cfg.num_heads << " query heads";
@@ -277,7 +280,8 @@ std::string mesh_problem(const ModelConfig& cfg, const HardwareProfile& hw, cons
 
 Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh, int64_t tokens,
                    const CostOptions& opt) {
-  SLOPE_CHECK(tokens >= 1, "prompt length must be at least 1 token, got ", tokens);
+  SLOPE_CHECK(tokens >= 1 && tokens <= kMaxContextTokens, "prompt length must be between 1 and ", kMaxContextTokens,
+              " tokens, got ", tokens);
   if (auto p = mesh_problem(cfg, hw, mesh); !p.empty()) fail("mesh ", mesh.str(), " cannot run ", cfg.architecture, ": ", p);
   SLOPE_CHECK(cfg.num_layers > 0 && cfg.hidden_size > 0 && cfg.head_dim > 0 && cfg.num_heads > 0 &&
                   cfg.num_kv_heads > 0 && cfg.intermediate_size > 0 && cfg.vocab_size > 0,
@@ -336,7 +340,10 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
 
   // Chunks of the prompt that flow through the pipeline.
   const int64_t chunk = (m.chunk <= 0 || m.chunk >= tokens) ? tokens : m.chunk;
-  const int64_t n_chunks = (tokens + chunk - 1) / chunk;
+  const int64_t n_chunks = (tokens + chunk - 1) / chunk;  // tokens, chunk <= 2^31: no overflow
+  SLOPE_CHECK(n_chunks <= kMaxPipelineChunks, "pipeline chunk ", chunk, " splits ", tokens, " tokens into ", n_chunks,
+              " chunks; the cost model takes at most ", kMaxPipelineChunks, ": use a chunk of at least ",
+              (tokens + kMaxPipelineChunks - 1) / kMaxPipelineChunks, " tokens");
 
   // Layers of each stage, as even as possible (the first L mod P stages get one more).
   std::vector<std::vector<int64_t>> stage_layers(m.P);

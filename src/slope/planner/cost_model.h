@@ -14,6 +14,15 @@
 
 namespace slope::planner {
 
+// Limits of what the model is asked to predict, checked before any arithmetic. Prompts up to
+// 2^31 tokens (2048m): pair counts (~N^2/2 = 2^61) and byte counts stay far inside a double's
+// range and int64 token arithmetic cannot overflow. Degrees up to 4096 and 2^16 ranks per
+// instance; at most 2^16 pipeline chunks (the flow shop keeps a cost per stage and chunk).
+inline constexpr int64_t kMaxContextTokens = int64_t{1} << 31;
+inline constexpr int64_t kMaxMeshDegree = 4096;
+inline constexpr int64_t kMaxMeshRanks = int64_t{1} << 16;
+inline constexpr int64_t kMaxPipelineChunks = int64_t{1} << 16;
+
 // One engine instance's parallel layout. Rank order: pipeline stage outermost, ring next,
 // Ulysses, then tensor parallelism innermost; U·TP ranks share a node.
 struct Mesh {
@@ -144,8 +153,9 @@ struct Prediction {
 // divisible, Ulysses or TP group larger than a node, more stages than layers, ...).
 std::string mesh_problem(const model::ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh);
 
-// Predicts one prefill of `tokens` tokens. Throws slope::Error if mesh_problem() is non-empty
-// or tokens < 1.
+// Predicts one prefill of `tokens` tokens. Throws slope::Error if mesh_problem() is non-empty,
+// tokens is outside [1, kMaxContextTokens] or the chunk splits it into more than
+// kMaxPipelineChunks chunks.
 Prediction predict(const model::ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh,
                    int64_t tokens, const CostOptions& opt = {});
 

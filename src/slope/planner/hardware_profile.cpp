@@ -119,8 +119,8 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
   json j;
   try {
     j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    fail(source, ": not valid JSON (", e.what(), "); fix the syntax at the byte it names");
+  } catch (const json::exception& e) {  // parse_error, and out_of_range for numbers like 1e999
+    fail(source, ": not valid JSON (", e.what(), "); fix the syntax or the number at the byte it names");
   }
   Reader r{source};
   SLOPE_CHECK(j.is_object(), source, ": a hardware profile is a JSON object; see docs/planner.md");
@@ -174,9 +174,15 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
     g.attention_block_k = int64_t(r.number_or(*e, "attention_block_k", "engine.", 0.0, 0.0, 1e6));
     SLOPE_CHECK((g.attention_block_q > 0) == (g.attention_block_k > 0), source,
                 ": \"engine.attention_block_q\" and \"engine.attention_block_k\" go together (both > 0, or neither)");
+    // The cost model walks the tiles of a call one query block at a time: tiles of fewer than 8
+    // rows (no real kernel's) and calibration lengths above 2^24 tokens would make one
+    // prediction take seconds.
+    SLOPE_CHECK(g.attention_block_q == 0 || (g.attention_block_q >= 8 && g.attention_block_k >= 8), source,
+                ": \"engine.attention_block_q\" and \"engine.attention_block_k\" must be at least 8 (the kernel's tile "
+                "rows and keys; slope calibrate writes them)");
     g.attention_row_overhead = r.number_or(*e, "attention_row_overhead", "engine.", 0.0, 0.0, 1e6);
     g.attention_calibrated_tokens =
-        int64_t(r.number_or(*e, "attention_calibrated_tokens", "engine.", 0.0, 0.0, 1e9));
+        int64_t(r.number_or(*e, "attention_calibrated_tokens", "engine.", 0.0, 0.0, double(1 << 24)));
     g.message_overhead_us = r.number_or(*e, "message_overhead_us", "engine.", 0.0, 0.0, 1e6);
     g.elementwise_gbs = r.number_or(*e, "elementwise_gbs", "engine.", 0.0, 0.0, 1e5);
     g.zero_fill_gbs = r.number_or(*e, "zero_fill_gbs", "engine.", 0.0, 0.0, 1e5);
@@ -186,7 +192,7 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
       for (size_t i = 0; i < c->size(); ++i) {
         const std::string path = "engine.attention_curve[" + std::to_string(i) + "].";
         SLOPE_CHECK((*c)[i].is_object(), source, ": \"", path, "\" must be an object");
-        const int64_t n = int64_t(r.number((*c)[i], "tokens", path, 1, 1e9));
+        const int64_t n = int64_t(r.number((*c)[i], "tokens", path, 1, double(1 << 24)));
         const double gf = r.number((*c)[i], "gflops", path, 0, 1e9, true);
         SLOPE_CHECK(g.attention_curve.empty() || n > g.attention_curve.back().first, source, ": \"", path,
                     "tokens\" must increase along the curve");

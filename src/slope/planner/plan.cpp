@@ -139,6 +139,9 @@ Plan make_plan(const ModelConfig& cfg, const HardwareProfile& hw, const Cluster&
                const std::string& model_name) {
   SLOPE_CHECK(cl.nodes >= 1, "--nodes must be at least 1, got ", cl.nodes);
   SLOPE_CHECK(cl.devices_per_node >= 1, "--devices-per-node must be at least 1, got ", cl.devices_per_node);
+  SLOPE_CHECK(cl.devices_per_node <= kMaxMeshDegree && int64_t(cl.nodes) * cl.devices_per_node <= kMaxMeshRanks,
+              "a cluster of ", cl.nodes, " nodes of ", cl.devices_per_node, " devices is more than the planner models (",
+              kMaxMeshDegree, " devices per node, ", kMaxMeshRanks, " in all)");
   SLOPE_CHECK(!opt.contexts.empty(), "no context lengths given; pass e.g. --context 32k,64k,100k");
   SLOPE_CHECK(opt.ttft_slo_s > 0, "the TTFT SLO must be positive seconds, got ", opt.ttft_slo_s);
   SLOPE_CHECK(opt.slo_quantile > 0 && opt.slo_quantile < 1, "the SLO quantile must be in (0, 1), got ",
@@ -154,7 +157,8 @@ Plan make_plan(const ModelConfig& cfg, const HardwareProfile& hw, const Cluster&
   plan.cluster = cl;
   plan.options = opt;
   for (int64_t n : opt.contexts) {
-    SLOPE_CHECK(n >= 1, "context lengths must be positive token counts, got ", n);
+    SLOPE_CHECK(n >= 1 && n <= kMaxContextTokens, "context lengths must be between 1 and ", kMaxContextTokens,
+                " tokens, got ", n);
     ContextPlan cp;
     cp.tokens = n;
     std::vector<Deployment> all = enumerate_deployments(cfg, h, cl, n, opt);

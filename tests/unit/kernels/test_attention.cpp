@@ -68,7 +68,7 @@ void reference(const Inputs& in, bool with_sinks, std::vector<double>& out,
         for (int64_t d = 0; d < D; ++d)
           dot += double(in.q[(i * Hq + h) * D + d]) * in.k[(j * Hkv + kvh) * D + d];
         s[j] = in.scale * dot;
-        mx = std::max(mx, s[j]);
+        mx = std::isnan(s[j]) ? s[j] : std::max(mx, s[j]);  // a NaN score makes the row NaN
       }
       if (mx == -kInf) continue;  // nothing visible, no sink
       double denom = with_sinks ? std::exp(in.sinks[h] - mx) : 0.0;
@@ -215,6 +215,52 @@ TEST(FlashAttention, FutureKeysGiveEmptyRows) {
                   in.shape, in.mask, in.scale, nullptr, out.data(), lse.data());
   for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
   for (float x : out) EXPECT_EQ(x, 0.0f);
+}
+
+// A NaN input reaches exactly the rows that see it, as in a reference softmax (and in
+// transformers: a NaN in q_proj gives all-NaN logits): a NaN in key j of one KV head makes
+// every row of that head's query group that sees j NaN, a NaN in one query row makes that row
+// NaN, and every other row matches the reference. The exp clamp once turned NaN scores into
+// weights of 0 and hid them.
+TEST(FlashAttention, NanReachesTheRowsThatSeeIt) {
+  std::mt19937 rng(77);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (const AttentionMask mask : {AttentionMask{true, 0}, AttentionMask{true, 5}, AttentionMask{false, 0}})
+    for (bool sinks : {false, true}) {
+      Inputs in = make_inputs(rng, 70, 0, 70, 0, {4, 2, 24}, mask, 0.2f, sinks);
+      SCOPED_TRACE(describe(in));
+      const int64_t Hq = 4, Hkv = 2, D = 24;
+      in.k[(40 * Hkv + 1) * D + 3] = nan;  // key 40, KV head 1 (query heads 2 and 3)
+      in.q[(10 * Hq + 0) * D + 7] = nan;   // query row 10, head 0
+      std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
+      flash_attention(in.q.data(), in.nq, in.q_pos0, in.k.data(), in.v.data(), in.nk, in.kv_pos0,
+                      in.shape, in.mask, in.scale, sinks ? in.sinks.data() : nullptr, out.data(),
+                      lse.data());
+      std::vector<double> ref_out, ref_lse;
+      reference(in, sinks, ref_out, ref_lse);
+      int nan_rows = 0;
+      std::vector<float> clean_out, clean_lse;
+      std::vector<double> clean_ref_out, clean_ref_lse;
+      for (int64_t t = 0; t < in.nq * Hq; ++t) {
+        const int64_t i = t / Hq, h = t % Hq;
+        const bool sees_nan = (h == 0 && i == 10) || (h >= 2 && visible(i, 40, mask));
+        ASSERT_EQ(std::isnan(ref_out[t * D]), sees_nan) << "reference row " << i << " head " << h;
+        if (sees_nan) {
+          ++nan_rows;
+          for (int64_t d = 0; d < D; ++d)
+            ASSERT_TRUE(std::isnan(out[t * D + d])) << "row " << i << " head " << h << " dim " << d << ": "
+                                                    << out[t * D + d] << ", expected NaN";
+          EXPECT_TRUE(std::isnan(lse[t])) << "row " << i << " head " << h;
+        } else {
+          clean_out.insert(clean_out.end(), out.begin() + t * D, out.begin() + (t + 1) * D);
+          clean_ref_out.insert(clean_ref_out.end(), ref_out.begin() + t * D, ref_out.begin() + (t + 1) * D);
+          clean_lse.push_back(lse[t]);
+          clean_ref_lse.push_back(ref_lse[t]);
+        }
+      }
+      EXPECT_GT(nan_rows, 1);
+      expect_close(clean_out, clean_lse, clean_ref_out, clean_ref_lse, D);
+    }
 }
 
 // A longer causal sequence: many key blocks per query block and many query blocks.

@@ -86,6 +86,11 @@ TEST(EngineSpec, ParsesAndChecks) {
   };
   EXPECT_NE(error_of(R"({"attention_dtype": "fp16"})").find("engine.attention_dtype"), std::string::npos);
   EXPECT_NE(error_of(R"({"attention_block_q": 64})").find("engine.attention_block_k"), std::string::npos);
+  // Tiles of 1 and calibration at 10^9 tokens made one prediction take 10 s.
+  EXPECT_NE(error_of(R"({"attention_block_q": 1, "attention_block_k": 1})").find("at least 8"), std::string::npos);
+  EXPECT_NE(error_of(R"({"attention_block_q": 64, "attention_block_k": 64, "attention_calibrated_tokens": 1e9})")
+                .find("engine.attention_calibrated_tokens"),
+            std::string::npos);
   EXPECT_NE(error_of(R"({"wire_bytes": -1})").find("engine.wire_bytes"), std::string::npos);
   EXPECT_NE(error_of(R"({"unfused_elementwise": 1})").find("engine.unfused_elementwise"), std::string::npos);
   EXPECT_NE(error_of(R"([1])").find("\"engine\""), std::string::npos);

@@ -3,7 +3,10 @@
 // A missing slope binary fails every test (CMake builds it before this test binary).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -70,6 +73,32 @@ TEST_F(CliPredict, BadMeshSaysWhatToWrite) {
   auto odd = run("--model configs/gpt-oss-20b --hardware mi250-gcd --mesh 3,1,1,1 --context 4096");
   EXPECT_NE(odd.code, 0);
   EXPECT_NE(odd.out.find("query heads"), std::string::npos) << odd.out;
+}
+
+// Issue 15, defect 1: absurd lengths used to overflow the cost model's chunk count and crash
+// it (SIGSEGV, no message). They must exit 1 with a message, as must a chunk count too large.
+TEST_F(CliPredict, AbsurdContextIsAnErrorNotACrash) {
+  for (const std::string ctx : {"9223372036854775807", "9000000000000000k", "2049m", "99999999999999999999999"}) {
+    auto r = run("--model configs/gpt-oss-120b --hardware profiles/h100-sxm.json --mesh 1,8,1,1 --context " + ctx);
+    EXPECT_EQ(r.code, 1) << ctx << ": " << r.out;
+    EXPECT_NE(r.out.find("2048m"), std::string::npos) << ctx << ": " << r.out;
+  }
+  // Lengths the model allows are planned (beyond them `slope plan` refuses, naming the limit):
+  // gpt-oss-120b's shape with positions up to 2^32, so that the largest accepted length reaches
+  // the cost model.
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() / ("slope_long_" + std::to_string(getpid()));
+  std::filesystem::create_directories(dir);
+  nlohmann::json cfg = nlohmann::json::parse(std::ifstream(std::string(SLOPE_REFERENCE_DIR) + "/../../configs/gpt-oss-120b/config.json"));
+  cfg["max_position_embeddings"] = int64_t{1} << 32;
+  std::ofstream(dir / "config.json") << cfg.dump();
+  const std::string model = "--model " + dir.string();
+  auto chunks = run(model + " --hardware profiles/h100-sxm.json --mesh 1,1,2,1,1 --context 1m");
+  EXPECT_EQ(chunks.code, 1) << chunks.out;
+  EXPECT_NE(chunks.out.find("use a chunk of at least"), std::string::npos) << chunks.out;
+  // The largest accepted length, on a small mesh, predicts.
+  auto big = run(model + " --hardware profiles/h100-sxm.json --mesh 1,8,1,1 --context 2048m --json");
+  ASSERT_EQ(big.code, 0) << big.out;
+  EXPECT_EQ(nlohmann::json::parse(big.out)["tokens"].get<int64_t>(), int64_t{1} << 31);
 }
 
 }  // namespace

@@ -17,7 +17,8 @@
 // (their elements are broadcast straight from [n, Hkv, D]), and works for any head_dim with the
 // same code. Only key blocks crossing the causal diagonal or the window edge are masked.
 // Rows with no visible key keep m = -inf: we then subtract 0 instead of m (so -inf - -inf never
-// occurs) and they finish with l = 0, out = 0, lse = -inf.
+// occurs) and they finish with l = 0, out = 0, lse = -inf. A NaN score is not masked away: it
+// makes its 2^x, l and the row's output NaN (exp2_ps keeps NaN), so corrupt inputs show.
 //
 // Sinks: the sink logit joins the denominator once, LSE' = logaddexp(LSE, sink) and
 // out' = out · e^{LSE - LSE'} (the same finalisation as attention_apply_sinks).
@@ -69,6 +70,12 @@ struct RowFinal {
 };
 
 RowFinal finish_row(double m2, double l, const float* sinks, int64_t h) {
+  // A NaN score or value reached this row (l or m is NaN): the row is NaN, as in a reference
+  // softmax, never "no visible key".
+  if (std::isnan(l) || std::isnan(m2)) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    return {nan, nan};
+  }
   if (!(l > 0.0)) {
     // No visible key: out = 0; with a sink the row is all sink, lse = sink.
     return {sinks ? sinks[h] : kNegInf, 0.0f};

@@ -4,7 +4,10 @@
 // (interpolation at Chebyshev nodes, max relative error 8e-8 in float Horner evaluation, i.e.
 // about 1 ulp), then 2^n applied exactly by vscalefps, which also underflows cleanly to 0.
 // Inputs are clamped below at -200 so that -inf (masked scores) gives exactly 0 instead of NaN
-// (f = -inf - -inf). Callers only pass x <= 0 (scores minus their running maximum).
+// (f = -inf - -inf). NaN is not clamped: vmaxps returns its second operand when either is NaN,
+// so max(-200, x) passes a NaN x through and 2^NaN = NaN, as a reference softmax gives (a NaN
+// score must poison its row, not become a weight of 0). Callers only pass x <= 0 (scores
+// minus their running maximum) or NaN.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -13,7 +16,7 @@
 namespace slope::kernels::cpu {
 
 inline __m512 exp2_ps(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-200.0f));
+  x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);  // operand order: NaN x stays NaN
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.546144485e-04f);
