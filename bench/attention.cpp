@@ -46,8 +46,10 @@ void BM_SelfAttention(benchmark::State& state) {
 
   const double cpu0 = process_cpu_seconds();
   for (auto _ : state) {
-    slope::kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask, scale,
-                                    nullptr, out.data(), lse.data());
+    slope::kernels::flash_attention({.q = q.data(), .nq = n, .q_pos0 = 0, .k = k.data(),
+                                     .v = v.data(), .nk = n, .kv_pos0 = 0, .shape = shape,
+                                     .mask = mask, .scale = scale, .sinks = nullptr,
+                                     .out = out.data(), .lse = lse.data()});
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

@@ -172,8 +172,10 @@ double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, 
   std::vector<float> out(q.size()), lse(size_t(n * Hq));
   const kernels::AttentionMask mask{true, 0};
   const double s = best_seconds(reps, [&] {
-    kernels::flash_attention(q.data(), n, 0, k.data(), v.data(), n, 0, shape, mask, 1.f / std::sqrt(float(D)),
-                             nullptr, out.data(), lse.data());
+    kernels::flash_attention({.q = q.data(), .nq = n, .q_pos0 = 0, .k = k.data(), .v = v.data(),
+                              .nk = n, .kv_pos0 = 0, .shape = shape, .mask = mask,
+                              .scale = 1.f / std::sqrt(float(D)), .sinks = nullptr,
+                              .out = out.data(), .lse = lse.data()});
   });
   return kernels::attention_flops(n, 0, n, 0, shape, mask) / s / 1e9;
 }

@@ -16,6 +16,11 @@ using Shape = std::vector<int64_t>;
 int64_t shape_numel(const Shape& s);
 std::string shape_str(const Shape& s);  // "[2, 3, 4]"
 
+// Where a tensor's storage lives. Only the host exists today; a device backend allocates
+// tensors of its own device and ops dispatch on it (docs/architecture.md, "Where a CUDA kernel
+// goes").
+enum class Device : uint8_t { CPU, CUDA };
+
 class Tensor {
  public:
   Tensor() = default;
@@ -31,6 +36,7 @@ class Tensor {
   int64_t numel() const { return shape_numel(shape_); }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype_); }
   bool empty() const { return data_ == nullptr; }
+  Device device() const { return device_; }
 
   void* raw() { return data_; }
   const void* raw() const { return data_; }
@@ -45,6 +51,7 @@ class Tensor {
  private:
   Shape shape_;
   DType dtype_ = DType::F32;
+  Device device_ = Device::CPU;
   std::shared_ptr<void> storage_;
   void* data_ = nullptr;
 };

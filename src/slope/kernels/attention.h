@@ -26,20 +26,31 @@ struct AttentionMask {
   int64_t window = 0;
 };
 
-// q:   [nq, Hq, D]  rows at global positions q_pos0 .. q_pos0 + nq - 1
-// k,v: [nk, Hkv, D] rows at global positions kv_pos0 .. kv_pos0 + nk - 1
-// out: [nq, Hq, D]
-// lse: [nq, Hq]  log Σ_j exp(scale · q·k_j) over the visible keys; -inf when none is visible
-//                (then the out row is 0).
-// sinks: optional [Hq] logits, one per query head. When given, each row's softmax denominator
-//        also includes exp(sink[h]) once, `out` is final and `lse` includes the sink. Pass
-//        nullptr for partial results that will be merged and finalised with attention_apply_sinks.
+// One attention call: a block of queries against a block of keys and values, at global
+// positions (callers name the fields: flash_attention({.q = q, .nq = n, ...})).
+struct AttentionArgs {
+  const float* q = nullptr;   // [nq, Hq, D]  rows at global positions q_pos0 .. q_pos0 + nq - 1
+  int64_t nq = 0;
+  int64_t q_pos0 = 0;
+  const float* k = nullptr;   // [nk, Hkv, D] rows at global positions kv_pos0 .. kv_pos0 + nk - 1
+  const float* v = nullptr;   // [nk, Hkv, D]
+  int64_t nk = 0;
+  int64_t kv_pos0 = 0;
+  AttentionShape shape;
+  AttentionMask mask;
+  float scale = 1.f;
+  // Optional [Hq] logits, one per query head. When given, each row's softmax denominator also
+  // includes exp(sink[h]) once, `out` is final and `lse` includes the sink. nullptr for partial
+  // results that will be merged and finalised with attention_apply_sinks.
+  const float* sinks = nullptr;
+  float* out = nullptr;  // [nq, Hq, D]
+  float* lse = nullptr;  // [nq, Hq]  log Σ_j exp(scale · q·k_j) over the visible keys; -inf when
+                         //           none is visible (then the out row is 0)
+};
+
 // Blocks of keys that no query can see are skipped (causal, window). Threads over (head, query
 // block) with OpenMP.
-void flash_attention(const float* q, int64_t nq, int64_t q_pos0, const float* k, const float* v,
-                     int64_t nk, int64_t kv_pos0, const AttentionShape& shape,
-                     const AttentionMask& mask, float scale, const float* sinks, float* out,
-                     float* lse);
+void flash_attention(const AttentionArgs& args);
 
 // FLOPs of the work flash_attention actually has to do (QKᵀ and PV, 4·D per visible
 // (query, key, head) triple), counted exactly from the mask. For benchmarks and the planner.

@@ -55,8 +55,10 @@ void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, 
     kv_row += kv_seg.length;
     if (!any_visible(spec.mask, q_seg, kv_seg)) continue;
     if (first) {
-      kernels::flash_attention(q, n, q_seg.start, kb, vb, kv_seg.length, kv_seg.start, spec.shape,
-                               spec.mask, spec.scale, nullptr, out, lse);
+      kernels::flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
+                                .nk = kv_seg.length, .kv_pos0 = kv_seg.start, .shape = spec.shape,
+                                .mask = spec.mask, .scale = spec.scale, .sinks = nullptr, .out = out,
+                                .lse = lse});
       first = false;
       continue;
     }
@@ -64,9 +66,10 @@ void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, 
       part_out = Tensor({n, Hq, D}, DType::F32);
       part_lse = Tensor({n, Hq}, DType::F32);
     }
-    kernels::flash_attention(q, n, q_seg.start, kb, vb, kv_seg.length, kv_seg.start, spec.shape,
-                             spec.mask, spec.scale, nullptr, part_out.data<float>(),
-                             part_lse.data<float>());
+    kernels::flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
+                              .nk = kv_seg.length, .kv_pos0 = kv_seg.start, .shape = spec.shape,
+                              .mask = spec.mask, .scale = spec.scale, .sinks = nullptr,
+                              .out = part_out.data<float>(), .lse = part_lse.data<float>()});
     kernels::attention_merge(out, lse, part_out.data<float>(), part_lse.data<float>(), n, Hq, D);
   }
   if (first) {  // no visible key at all (cannot happen for causal self-attention; kept total)
@@ -83,8 +86,10 @@ void LocalAttention::attend(const LayerAttention& spec, const float* q,
   if (q_shard.segments.size() == 1 && kv_shard.segments.size() == 1) {
     const Segment qs = q_shard.segments[0], ks = kv_shard.segments[0];
     Tensor lse({qs.length, Hq}, DType::F32);
-    kernels::flash_attention(q, qs.length, qs.start, k, v, ks.length, ks.start, spec.shape,
-                             spec.mask, spec.scale, spec.sinks, out, lse.data<float>());
+    kernels::flash_attention({.q = q, .nq = qs.length, .q_pos0 = qs.start, .k = k, .v = v,
+                              .nk = ks.length, .kv_pos0 = ks.start, .shape = spec.shape,
+                              .mask = spec.mask, .scale = spec.scale, .sinks = spec.sinks,
+                              .out = out, .lse = lse.data<float>()});
     return;
   }
   int64_t row = 0;

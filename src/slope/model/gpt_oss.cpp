@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "slope/core/error.h"
+#include "slope/kernels/copy.h"
 #include "slope/kernels/mxfp4.h"
 #include "slope/model/model.h"
 
@@ -35,8 +36,7 @@ Tensor expert_weight_f32(const WeightLoader& wl, const std::string& base, int64_
     Tensor mine = Tensor::view(static_cast<uint8_t*>(all.raw()) + size_t(e * in * out) * es,
                                {in, out}, all.dtype(), std::make_shared<Tensor>(all))
                       .to_f32();
-    for (int64_t i = 0; i < in; ++i)
-      for (int64_t o = 0; o < out; ++o) w.data<float>()[o * in + i] = mine.data<float>()[i * out + o];
+    kernels::transpose(mine.data<float>(), in, out, w.data<float>());
   }
   return w;
 }
@@ -44,10 +44,7 @@ Tensor expert_weight_f32(const WeightLoader& wl, const std::string& base, int64_
 // Rows [row0, row0+rows) and columns [col0, col0+cols) of an f32 [out, in] matrix.
 Tensor sub_matrix(const Tensor& w, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
   Tensor out({rows, cols}, DType::F32);
-  const int64_t in = w.dim(1);
-  for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(out.data<float>() + r * cols, w.data<float>() + (row0 + r) * in + col0,
-                size_t(cols) * sizeof(float));
+  kernels::copy_columns(w.data<float>() + row0 * w.dim(1), rows, w.dim(1), col0, cols, out.data<float>());
   return out;
 }
 

@@ -5,6 +5,7 @@
 
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
+#include "slope/kernels/copy.h"
 #include "slope/kernels/moe.h"
 #include "slope/kernels/norm.h"
 
@@ -28,13 +29,11 @@ void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* 
   kernels::rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps),
                    c.norm_order, ctx.act_dtype);
   w.attn.qkv.forward(x.data<float>(), m, qkv.data<float>());
-  const float* src = qkv.data<float>();
+  // Split the fused projection: [q | k | v] per row.
   const int64_t width = qw + 2 * kw;
-  for (int64_t r = 0; r < m; ++r) {  // split the fused projection: [q | k | v] per row
-    std::memcpy(q + r * qw, src + r * width, qw * sizeof(float));
-    std::memcpy(k + r * kw, src + r * width + qw, kw * sizeof(float));
-    std::memcpy(v + r * kw, src + r * width + qw + kw, kw * sizeof(float));
-  }
+  kernels::copy_columns(qkv.data<float>(), m, width, 0, qw, q);
+  kernels::copy_columns(qkv.data<float>(), m, width, qw, kw, k);
+  kernels::copy_columns(qkv.data<float>(), m, width, qw + kw, kw, v);
   if (!w.attn.q_norm.empty()) {  // qwen3: per-head RMSNorm over head_dim before RoPE
     kernels::rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps),
                      c.norm_order, ctx.act_dtype);
@@ -165,8 +164,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
       ctx.tp_allreduce(partial.data<float>(), m * H);
     }
     ScopedTimer st{timer};
-    const float* p = partial.data<float>();
-    for (int64_t i = 0; i < m * H; ++i) hr[i] += p[i];
+    kernels::add_inplace(hr, partial.data<float>(), m * H);
   };
   const int64_t I = ctx.slice.inter;
   for (int64_t r = 0; r < n; r += chunk) {

@@ -5,6 +5,7 @@
 #include "slope/core/error.h"
 #include "slope/core/finite.h"
 #include "slope/core/half.h"
+#include "slope/kernels/copy.h"
 #include "slope/kernels/norm.h"
 
 namespace slope::model {
@@ -44,9 +45,7 @@ kernels::Linear WeightLoader::linear(const std::vector<WeightRows>& parts, int64
   for (const WeightRows& p : parts) {
     const int64_t rows = p.rows < 0 ? p.out : p.rows;
     Tensor part = f32_rows(p.weight, p.out, in, p.row0, rows);
-    for (int64_t r = 0; r < rows; ++r)
-      std::memcpy(w.data<float>() + (row + r) * cols, part.data<float>() + r * in + col0,
-                  size_t(cols) * sizeof(float));
+    kernels::copy_columns(part.data<float>(), rows, in, col0, cols, w.data<float>() + row * cols);
     if (!p.bias.empty() && want_bias) {
       if (b.empty()) b = Tensor({total}, DType::F32);
       Tensor pb = store.get(p.bias, {p.out}).to_f32();
@@ -158,19 +157,7 @@ void validate_token_ids(const ModelConfig& cfg, const std::vector<int32_t>& toke
 
 void Model::embed(const int32_t* tokens, int64_t n, float* h) const {
   SLOPE_CHECK(!embedding_.empty(), "this rank did not load the embedding");
-  const int64_t H = cfg_.hidden_size;
-  const DType dt = embedding_.dtype();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; ++i) {
-    float* dst = h + i * H;
-    const int64_t row = int64_t(tokens[i]) * H;
-    if (dt == DType::F32) {
-      std::memcpy(dst, embedding_.data<float>() + row, H * sizeof(float));
-    } else {
-      const uint16_t* src = embedding_.data<uint16_t>() + row;
-      for (int64_t j = 0; j < H; ++j) dst[j] = dt == DType::BF16 ? bf16_to_f32(src[j]) : f16_to_f32(src[j]);
-    }
-  }
+  kernels::gather_rows_f32(embedding_.raw(), embedding_.dtype(), cfg_.hidden_size, tokens, n, h);
 }
 
 void Model::logits(const float* h_row, float* out) const {

@@ -116,9 +116,11 @@ void expect_close(const std::vector<float>& out, const std::vector<float>& lse,
 void check_flash(const Inputs& in) {
   const int64_t Hq = in.shape.num_q_heads, D = in.shape.head_dim;
   std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
-  flash_attention(in.q.data(), in.nq, in.q_pos0, in.k.data(), in.v.data(), in.nk, in.kv_pos0,
-                  in.shape, in.mask, in.scale, in.use_sinks ? in.sinks.data() : nullptr,
-                  out.data(), lse.data());
+  flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
+                   .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
+                   .mask = in.mask, .scale = in.scale,
+                   .sinks = in.use_sinks ? in.sinks.data() : nullptr, .out = out.data(),
+                   .lse = lse.data()});
   std::vector<double> ref_out, ref_lse;
   reference(in, in.use_sinks, ref_out, ref_lse);
   expect_close(out, lse, ref_out, ref_lse, D);
@@ -211,8 +213,10 @@ TEST(FlashAttention, FutureKeysGiveEmptyRows) {
   std::mt19937 rng(3);
   const Inputs in = make_inputs(rng, 33, 0, 64, 33, {4, 2, 24}, {true, 0}, 0.2f, false);
   std::vector<float> out(33 * 4 * 24, 1.0f), lse(33 * 4, 1.0f);
-  flash_attention(in.q.data(), in.nq, in.q_pos0, in.k.data(), in.v.data(), in.nk, in.kv_pos0,
-                  in.shape, in.mask, in.scale, nullptr, out.data(), lse.data());
+  flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
+                   .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
+                   .mask = in.mask, .scale = in.scale, .sinks = nullptr, .out = out.data(),
+                   .lse = lse.data()});
   for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
@@ -233,9 +237,11 @@ TEST(FlashAttention, NanReachesTheRowsThatSeeIt) {
       in.k[(40 * Hkv + 1) * D + 3] = nan;  // key 40, KV head 1 (query heads 2 and 3)
       in.q[(10 * Hq + 0) * D + 7] = nan;   // query row 10, head 0
       std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
-      flash_attention(in.q.data(), in.nq, in.q_pos0, in.k.data(), in.v.data(), in.nk, in.kv_pos0,
-                      in.shape, in.mask, in.scale, sinks ? in.sinks.data() : nullptr, out.data(),
-                      lse.data());
+      flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
+                       .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
+                       .mask = in.mask, .scale = in.scale,
+                       .sinks = sinks ? in.sinks.data() : nullptr, .out = out.data(),
+                       .lse = lse.data()});
       std::vector<double> ref_out, ref_lse;
       reference(in, sinks, ref_out, ref_lse);
       int nan_rows = 0;
@@ -310,9 +316,10 @@ TEST(AttentionMerge, SplitKeysThenMergeAndSink) {
           const int64_t j0 = cuts[b], nkb = cuts[b + 1] - cuts[b];
           float* o = first ? out.data() : ob.data();
           float* l = first ? lse.data() : lb.data();
-          flash_attention(in.q.data(), nq, q_pos0, in.k.data() + j0 * Hkv * D,
-                          in.v.data() + j0 * Hkv * D, nkb, 50 + j0, shape, in.mask, in.scale,
-                          nullptr, o, l);
+          flash_attention({.q = in.q.data(), .nq = nq, .q_pos0 = q_pos0,
+                           .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
+                           .nk = nkb, .kv_pos0 = 50 + j0, .shape = shape, .mask = in.mask,
+                           .scale = in.scale, .sinks = nullptr, .out = o, .lse = l});
           if (!first) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), nq, Hq, D);
           first = false;
         }

@@ -363,10 +363,13 @@ void run(const Problem& pb) {
 
 }  // namespace
 
-void flash_attention(const float* q, int64_t nq, int64_t q_pos0, const float* k, const float* v,
-                     int64_t nk, int64_t kv_pos0, const AttentionShape& shape,
-                     const AttentionMask& mask, float scale, const float* sinks, float* out,
-                     float* lse) {
+void flash_attention(const AttentionArgs& a) {
+  const float *q = a.q, *k = a.k, *v = a.v, *sinks = a.sinks;
+  const int64_t nq = a.nq, q_pos0 = a.q_pos0, nk = a.nk, kv_pos0 = a.kv_pos0;
+  const AttentionShape& shape = a.shape;
+  const AttentionMask& mask = a.mask;
+  const float scale = a.scale;
+  float *out = a.out, *lse = a.lse;
   if (nq <= 0 || shape.num_q_heads <= 0 || shape.head_dim <= 0) return;
   run(Problem{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
               shape.head_dim, mask, scale, sinks, out, lse});
