@@ -91,10 +91,10 @@ planner::Mesh parse_mesh(const std::string& text, int64_t tokens) {
   for (size_t i = 0; i < 4; ++i)
     SLOPE_CHECK(v[i] >= 1 && v[i] <= 1 << 20, "--mesh '", text, "': U, R, P and TP must be at least 1");
   planner::Mesh m;
-  m.U = int(v[0]), m.R = int(v[1]), m.P = int(v[2]), m.TP = int(v[3]);
+  m.ulysses = int(v[0]), m.ring = int(v[1]), m.pp = int(v[2]), m.tp = int(v[3]);
   const int64_t chunk = v.size() == 5 ? v[4] : -1;
   SLOPE_CHECK(chunk >= -1, "--mesh '", text, "': chunk must be 0 (whole prompt), positive, or -1 (engine default)");
-  m.chunk = chunk < 0 ? planner::default_pipeline_chunk(m.P, tokens) : chunk;
+  m.pp_chunk = chunk < 0 ? planner::default_pipeline_chunk(m.pp, tokens) : chunk;
   return m;
 }
 
@@ -165,8 +165,8 @@ int cmd_predict(int argc, char** argv) {
       nlohmann::json j;
       j["model"] = model_path;
       j["hardware"] = hw.name;
-      j["mesh"] = {{"U", mesh.U}, {"R", mesh.R}, {"P", mesh.P}, {"TP", mesh.TP}, {"chunk", mesh.chunk}};
-      j["mesh_name"] = mesh.str();
+      j["mesh"] = {{"U", mesh.ulysses}, {"R", mesh.ring}, {"P", mesh.pp}, {"TP", mesh.tp}, {"chunk", mesh.pp_chunk}};
+      j["mesh_name"] = planner::mesh_name(mesh);
       j["dtype"] = dtype;
       j["tokens"] = n;
       j["chunks"] = p.chunks;
@@ -187,7 +187,7 @@ int cmd_predict(int argc, char** argv) {
       if (n == contexts.front())
         std::cout << "mesh: U Ulysses degree, R ring degree, P pipeline stages, TP tensor-parallel degree "
                      "(1 when absent), chunk = tokens per pipeline chunk; service = time the mesh is busy\n\n";
-      std::cout << cfg.architecture << " on " << hw.name << ", " << mesh.str() << ", " << n << " tokens ("
+      std::cout << cfg.architecture << " on " << hw.name << ", " << planner::mesh_name(mesh) << ", " << n << " tokens ("
                 << p.chunks << " chunk" << (p.chunks == 1 ? "" : "s") << ", " << dtype_flag << ")\n";
       std::cout << "  TTFT " << seconds(p.ttft_s) << " s   service " << seconds(p.service_s) << " s   "
                 << p.flops_per_rank / 1e9 << " GFLOP on the busiest rank\n";

@@ -9,10 +9,6 @@
 
 namespace slope::engine {
 
-std::string ParallelShape::str() const {
-  return str_cat("pp=", pp, " ring=", ring, " ulysses=", ulysses, " tp=", tp);
-}
-
 namespace {
 
 std::string flags(const ParallelShape& s) {
@@ -22,27 +18,6 @@ std::string flags(const ParallelShape& s) {
   if (s.ulysses > 1) out += str_cat(" --ulysses ", s.ulysses);
   if (s.tp > 1) out += str_cat(" --tp ", s.tp);
   return out.empty() ? " (no flags: one rank)" : out;
-}
-
-// The first problem with a shape, or "" if it is valid (world size aside).
-std::string shape_problem(const ParallelShape& s, const model::ModelConfig& cfg) {
-  if (s.pp < 1 || s.ring < 1 || s.ulysses < 1 || s.tp < 1) return "every degree must be at least 1";
-  if (s.pp > cfg.num_layers) return str_cat("--pp ", s.pp, " exceeds the model's ", cfg.num_layers, " layers");
-  model::TensorSlice slice = model::TensorSlice::whole(cfg);
-  if (s.tp > 1) {
-    try {
-      slice = model::TensorSlice::of(cfg, 0, s.tp);
-    } catch (const Error& e) {
-      return e.what();
-    }
-  }
-  if (s.ulysses > 1) {  // Ulysses splits the heads of one tensor rank
-    auto ok = parallel::valid_ulysses_degrees(slice.q_heads, slice.kv_heads);
-    if (std::find(ok.begin(), ok.end(), s.ulysses) == ok.end())
-      return str_cat("--ulysses ", s.ulysses, " does not fit ", slice.q_heads, " query / ", slice.kv_heads,
-                     " KV heads", s.tp > 1 ? str_cat(" (a tensor rank's share under --tp ", s.tp, ")") : "");
-  }
-  return "";
 }
 
 }  // namespace
@@ -55,7 +30,7 @@ std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& 
       for (int u = 1; pp * ring * u <= world_size; ++u)
         for (int tp = 1; pp * ring * u * tp <= world_size; ++tp) {
           ParallelShape s{pp, ring, u, tp};
-          if (s.size() == world_size && shape_problem(s, cfg).empty()) out.push_back(s);
+          if (s.size() == world_size && model::mesh_problem(s, cfg).empty()) out.push_back(s);
         }
   return out;
 }
@@ -69,7 +44,7 @@ void validate_shape(const ParallelShape& s, int world_size, const model::ModelCo
     for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v).substr(1);
     return valid;
   };
-  const std::string problem = shape_problem(s, cfg);
+  const std::string problem = model::mesh_problem(s, cfg);
   if (!problem.empty()) fail(problem, "; with ", ranks(world_size), " use one of:", alternatives());
   if (s.size() != world_size)
     fail(flags(s).substr(1), " needs ", ranks(s.size()), ", but ", ranks(world_size), (world_size == 1 ? " was" : " were"),
@@ -93,7 +68,7 @@ Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
       cp_comm_ = stage_comm_->split(tp_rank_, cp_rank, "context");
       cp = cp_comm_.get();
     }
-    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, parallel::MeshShape{shape.ring, shape.ulysses});
+    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, model::MeshShape{.ring = shape.ring, .ulysses = shape.ulysses});
   }
 }
 

@@ -14,19 +14,12 @@
 
 namespace slope::planner {
 
-// One engine instance's parallel layout. Rank order: pipeline stage outermost, ring next,
-// Ulysses, then tensor parallelism innermost; U·TP ranks share a node.
-struct Mesh {
-  int U = 1;          // Ulysses degree (all-to-all over heads, inside a node)
-  int R = 1;          // ring degree (K/V passed around, across nodes)
-  int P = 1;          // pipeline stages (layers split; sequence chunks flow stage to stage)
-  int TP = 1;         // tensor parallel degree (heads and weights split, inside a node)
-  int64_t chunk = 0;  // tokens per pipeline chunk; 0 = the whole prompt in one chunk
-
-  int ranks() const { return U * R * P * TP; }
-  int stage_ranks() const { return U * R * TP; }
-  std::string str() const;  // "U8 R2 P2 chunk 16384", "TP8"
-};
+// One engine instance's parallel layout: the one mesh type (model::MeshShape). Rank order:
+// pipeline stage outermost, ring next, Ulysses, then tensor parallelism innermost; U·TP ranks
+// share a node.
+using Mesh = model::MeshShape;
+// The planner's name of a mesh: "U8 R2 P2 chunk 16384", "TP8", "1 rank".
+std::string mesh_name(const Mesh& mesh);
 
 // ---- Pure arithmetic on the model (no hardware) --------------------------------------------
 
@@ -140,8 +133,9 @@ struct Prediction {
   bool fits = false;
 };
 
-// Empty when the mesh can run the model on this hardware; otherwise why not (heads not
-// divisible, Ulysses or TP group larger than a node, more stages than layers, ...).
+// Empty when the mesh can run the model on this hardware; otherwise why not: first what the
+// engine itself refuses (model::mesh_problem: heads or MLP not divisible, more stages than
+// layers, ...), then the hardware (Ulysses and TP group not dividing a node).
 std::string mesh_problem(const model::ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh);
 
 // Predicts one prefill of `tokens` tokens. Throws slope::Error if mesh_problem() is non-empty
