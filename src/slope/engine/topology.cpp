@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "slope/core/error.h"
+#include "slope/model/flops.h"
 #include "slope/model/layers.h"
 #include "slope/parallel/shard.h"
 
@@ -118,17 +119,20 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
     const int64_t cp = int64_t(s.ring) * s.ulysses;
     m.tokens = int64_t(q.batch) * ((q.num_tokens + cp - 1) / cp);
     // Weights, as Model::load counts them: packed linear weights, f32 norms/biases/sinks.
-    int64_t per_layer = (H * (Hq + 2 * Hkv) * D + Hq * D * H) * wsz + (Hq + 2 * Hkv) * D * 4 + H * 4 + 2 * H * 4;
+    // Parameter counts from model/flops.h, shared with the planner.
+    const int64_t attn = int64_t(model::attention_weight_params(c, Hq, Hkv));
+    const int64_t mlp = int64_t(model::mlp_weight_params(c, I));  // one expert, or the dense MLP
+    int64_t per_layer = attn * wsz + (Hq + 2 * Hkv) * D * 4 + H * 4 + 2 * H * 4;
     if (c.is_moe())
-      per_layer += (c.num_experts * H) * wsz + c.num_experts * 4 +
-                   c.num_experts * ((2 * I * H + H * I) * wsz + 2 * I * 4 + H * 4) + c.num_experts * (2 * c.intermediate_size + H) * 4 +
+      per_layer += int64_t(model::router_weight_params(c)) * wsz + c.num_experts * 4 +
+                   c.num_experts * (mlp * wsz + 2 * I * 4 + H * 4) + c.num_experts * (2 * c.intermediate_size + H) * 4 +
                    c.num_heads * 4;
     else
-      per_layer += (2 * I * H + H * I) * wsz + (c.qk_norm ? 2 * D * 4 : 0);
+      per_layer += mlp * wsz + (c.qk_norm ? 2 * D * 4 : 0);
     m.weights = per_layer * (m.last_layer - m.first_layer);
     if (m.stage == 0) m.weights += V * H * int64_t(dtype_size(q.checkpoint_dtype));
     if (m.stage == s.pp - 1) m.weights += V * H * wsz + H * 4;
-    m.kv = m.tokens * (m.last_layer - m.first_layer) * 2 * Hkv * D * 4;
+    m.kv = m.tokens * (m.last_layer - m.first_layer) * int64_t(model::kv_elements_per_token_layer(c, Hkv)) * 4;  // f32
     // Activations of one chunk in one layer: residual, q, attention output, GEMM temporaries,
     // and the context-parallel exchange buffers (about the group's rows of the local heads).
     const int64_t rows = q.pp_chunk > 0 ? std::min(m.tokens / q.batch, (q.pp_chunk + cp - 1) / cp) : m.tokens / q.batch;

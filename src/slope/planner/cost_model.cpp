@@ -21,11 +21,6 @@ constexpr double kMxfp4BytesPerParam = 4.25 / 8;
 
 double bf16_bytes(double params) { return 2 * params; }
 
-int64_t window_of(const ModelConfig& cfg, int64_t layer) {
-  if (cfg.layer_window.empty()) return 0;
-  return cfg.layer_window[static_cast<size_t>(layer)];
-}
-
 // Roofline time of a kernel: the slower of its arithmetic and its memory traffic.
 double roof(double flops, double flop_rate, double bytes, double byte_rate) {
   return std::max(flops / flop_rate, bytes / byte_rate);
@@ -150,35 +145,12 @@ double PhaseTimes::total() const {
          lm_head + pipeline_fill;
 }
 
-double linear_flops_per_token_layer(const ModelConfig& c) {
-  const double h = double(c.hidden_size), q = double(c.num_heads * c.head_dim),
-               kv = double(c.num_kv_heads * c.head_dim), inter = double(c.intermediate_size);
-  double attn = 2 * (h * q + 2 * h * kv + q * h);
-  double mlp = c.is_moe() ? 2 * h * double(c.num_experts) + double(c.experts_per_token) * 2 * 3 * h * inter
-                          : 2 * 3 * h * inter;
-  return attn + mlp;
-}
-
-double lm_head_flops_per_token(const ModelConfig& c) { return 2.0 * double(c.hidden_size) * double(c.vocab_size); }
-
-double attention_flops_per_pair(const ModelConfig& c) { return 4.0 * double(c.num_heads) * double(c.head_dim); }
-
-double attention_pairs(int64_t q0, int64_t q1, int64_t window) {
-  if (q1 <= q0) return 0;
-  // Full causal: query q sees q+1 keys, Σ_{q=q0}^{q1-1} (q+1) = (q1(q1+1) - q0(q0+1)) / 2.
-  auto tri = [](double n) { return n * (n + 1) / 2; };
-  if (window <= 0) return tri(double(q1)) - tri(double(q0));
-  // Window W: query q sees min(q+1, W) keys; queries below W-1 see q+1, the rest W.
-  const int64_t split = std::clamp<int64_t>(window - 1, q0, q1);  // first q with q+1 >= W
-  return (tri(double(split)) - tri(double(q0))) + double(window) * double(q1 - split);
-}
-
-FlopCount prefill_flops(const ModelConfig& cfg, int64_t tokens) {
+FlopCount prefill_flop_count(const ModelConfig& cfg, int64_t tokens) {
   FlopCount f;
   f.linear = linear_flops_per_token_layer(cfg) * double(cfg.num_layers) * double(tokens);
   const double per_pair = attention_flops_per_pair(cfg);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    int64_t w = window_of(cfg, l);
+    int64_t w = model::layer_window(cfg, l);
     double a = per_pair * attention_pairs(0, tokens, w);
     (w > 0 ? f.attention_sliding : f.attention_full) += a;
   }
@@ -190,20 +162,20 @@ WeightBytes weight_bytes(const ModelConfig& c) {
   const double h = double(c.hidden_size), d = double(c.head_dim), H = double(c.num_heads),
                KV = double(c.num_kv_heads), inter = double(c.intermediate_size);
   WeightBytes w;
-  double attn = h * H * d + 2 * h * KV * d + H * d * h;
+  double attn = model::attention_weight_params(c, c.num_heads, c.num_kv_heads);
   if (c.qkv_bias) attn += (H + 2 * KV) * d;
   if (c.o_bias) attn += h;
   if (c.sinks) attn += H;
   w.attention_per_layer = bf16_bytes(attn);
   if (c.is_moe()) {
     const double E = double(c.num_experts);
-    w.router_per_layer = bf16_bytes(E * h + E);  // weight and bias
-    const double matrices = 3 * h * inter;        // gate_up [2·inter, h] and down [h, inter]
+    w.router_per_layer = bf16_bytes(model::router_weight_params(c) + E);  // weight and bias
+    const double matrices = model::mlp_weight_params(c, c.intermediate_size);  // gate_up [2·inter, h], down [h, inter]
     const double biases = 2 * inter + h;
     w.expert_bytes = (c.mxfp4_experts ? matrices * kMxfp4BytesPerParam : bf16_bytes(matrices)) + bf16_bytes(biases);
     w.mlp_per_layer = E * w.expert_bytes;
   } else {
-    w.mlp_per_layer = bf16_bytes(3 * h * inter);
+    w.mlp_per_layer = bf16_bytes(model::mlp_weight_params(c, c.intermediate_size));
   }
   w.norms_per_layer = 4 * (2 * h + (c.qk_norm ? 2 * d : 0));
   w.embedding = bf16_bytes(double(c.vocab_size) * h);
@@ -242,7 +214,7 @@ double elementwise_bytes_per_token(const ModelConfig& cfg, int tp, const std::st
 }
 
 double kv_bytes_per_token_layer(const ModelConfig& c) {
-  return 2.0 * double(c.num_kv_heads) * double(c.head_dim) * 2.0;
+  return model::kv_elements_per_token_layer(c, c.num_kv_heads) * 2.0;
 }
 
 std::string mesh_problem(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh& m) {
@@ -388,22 +360,22 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     const double blocks = gemm_rows > 0 ? std::ceil(t / gemm_rows) : 1.0;
     const double t_block = gemm_rows > 0 ? std::min(t, gemm_rows) : t;
     // Linear layers: each GEMM is a roofline of its FLOPs and its weight + activation bytes.
-    const double proj_flops = t * 2 * (h * H * d + 2 * h * KV * d + H * d * h) / TP;
+    const double proj_flops = t * 2 * model::attention_weight_params(cfg, cfg.num_heads, cfg.num_kv_heads) / TP;
     const double proj_bytes = blocks * wb.attention_per_layer / TP + t * wire * (2 * h + (2 * H + 2 * KV) * d / TP);
     double lin = roof(proj_flops, mm_rate, proj_bytes, mem_bw);
     double mlp_flops;
     if (cfg.is_moe()) {
-      const double router_flops = t * 2 * h * E;
+      const double router_flops = t * model::router_flops_per_token_layer(cfg);
       lin += roof(router_flops, mm_rate, blocks * wb.router_per_layer + t * wire * (h + E), mem_bw);
       // Experts touched by a block of tokens choosing k of E each (uniform routing):
       // E(1 - (1 - k/E)^t); each touched expert's weights are read once per block.
       const double touched = E * (1 - std::pow(1 - k / E, t_block));
-      mlp_flops = t * k * 2 * 3 * h * inter / TP;
+      mlp_flops = t * k * 2 * model::mlp_weight_params(cfg, cfg.intermediate_size) / TP;
       const double mlp_bytes = blocks * touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
       lin += roof(mlp_flops, expert_rate, mlp_bytes, mem_bw);
       sc.flops += router_flops;
     } else {
-      mlp_flops = t * 2 * 3 * h * inter / TP;
+      mlp_flops = t * 2 * model::mlp_weight_params(cfg, cfg.intermediate_size) / TP;
       lin += roof(mlp_flops, mm_rate, blocks * wb.mlp_per_layer / TP + t * wire * (2 * h + 3 * inter / TP), mem_bw);
     }
     sc.flops += proj_flops + mlp_flops;
@@ -477,7 +449,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
       StageCost& sc = cost[s][j];
       // Layers with the same window cost the same: evaluate each window once, scale by count.
       std::map<int64_t, int> windows;
-      for (int64_t l : stage_layers[s]) ++windows[window_of(cfg, l)];
+      for (int64_t l : stage_layers[s]) ++windows[model::layer_window(cfg, l)];
       for (const auto& [w, count] : windows) {
         StageCost one;
         layer_cost(w, p, c, one);
@@ -554,6 +526,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     for (int64_t j = 0; j < n_chunks; ++j) hop(busiest, j, &out.pipeline_bytes);
   for (int s = 0; s < m.pp; ++s)
     for (const auto& sc : cost[s]) out.flops_total += sc.flops * m.stage_size();
+  // lm_head runs once, for the last token (its 1/TP share is in every rank's stage cost above).
+  out.flops_total -= lm_head_flops_per_token(cfg) / TP * (m.stage_size() - m.tp);
 
   // Memory of the fullest rank: per stage, weights + KV + attention workspace + activations.
   const double tokens_rank = double(tokens) / cp;
@@ -563,7 +537,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     double full = 0, sliding = 0;
     int64_t max_window = 0;
     for (int64_t l : stage_layers[s]) {
-      int64_t w = window_of(cfg, l);
+      int64_t w = model::layer_window(cfg, l);
       (w > 0 ? sliding : full) += 1;
       max_window = std::max(max_window, w);
     }
@@ -572,7 +546,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     if (s == 0) mu.weights += wb.embedding / TP;
     if (s == m.pp - 1) mu.weights += (wb.lm_head > 0 ? wb.lm_head : (m.pp > 1 ? wb.embedding : 0)) / TP + wb.final_norm;
     // KV kept: every token of my shard for full layers, only the last W for sliding layers.
-    const double kv_tok = hs.kv_tp * d * 2 * 2;  // bf16 K and V, my heads
+    const double kv_tok = model::kv_elements_per_token_layer(cfg, int64_t(hs.kv_tp)) * 2;  // bf16 K and V, my heads
     mu.kv_cache = full * tokens_rank * kv_tok + sliding * std::min(double(max_window), tokens_rank) * kv_tok;
     // Attention workspace for the last chunk of a full layer: K/V gathered by Ulysses
     // (tokens/R, kv_u heads) and the ring's double buffer of one block each.

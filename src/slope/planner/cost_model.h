@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "slope/model/config.h"
+#include "slope/model/flops.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/planner/hardware_profile.h"
 
@@ -23,17 +24,12 @@ std::string mesh_name(const Mesh& mesh);
 
 // ---- Pure arithmetic on the model (no hardware) --------------------------------------------
 
-// Per token and per layer: attention projections (q, k, v, o), router and the top-k experts,
-// or the dense SwiGLU MLP. Biases, norms and activations are not counted (as in
-// gpt-oss-model.md section 7).
-double linear_flops_per_token_layer(const model::ModelConfig& cfg);
-// lm_head for one token: 2·hidden·vocab.
-double lm_head_flops_per_token(const model::ModelConfig& cfg);
-// FLOPs of one (query, key) pair in one layer, QK and PV over all query heads: 4·H·head_dim.
-double attention_flops_per_pair(const model::ModelConfig& cfg);
-// Exact number of (query, key) pairs a causal mask with window W (0 = full) keeps for the
-// queries at global positions [q0, q1): Σ_q min(q + 1, W).
-double attention_pairs(int64_t q0, int64_t q1, int64_t window);
+// Per token and layer, lm_head per token, per (query, key) pair, and the exact pair count of a
+// causal (windowed) mask: the engine's counts (model/flops.h), one definition for both.
+using model::attention_flops_per_pair;
+using model::attention_pairs;
+using model::linear_flops_per_token_layer;
+using model::lm_head_flops_per_token;
 
 struct FlopCount {
   double linear = 0;             // all layers, all tokens
@@ -42,7 +38,8 @@ struct FlopCount {
   double lm_head = 0;            // last token only
   double total() const { return linear + attention_full + attention_sliding + lm_head; }
 };
-FlopCount prefill_flops(const model::ModelConfig& cfg, int64_t tokens);
+// model::prefill_flops(cfg, tokens), split by kind.
+FlopCount prefill_flop_count(const model::ModelConfig& cfg, int64_t tokens);
 
 // Parameter bytes as SLOPE stores them on a device: bf16 everything except norms (fp32) and,
 // when the checkpoint is MXFP4, expert matrices at 4.25 bits per parameter (4-bit values plus
@@ -125,7 +122,7 @@ struct Prediction {
   double service_s = 0;  // how long the busiest stage is occupied per request (throughput bound)
   PhaseTimes phases;     // ttft_s broken down (the busiest stage, plus pipeline fill)
   double flops_per_rank = 0;  // over the whole prefill, the busiest stage's rank
-  double flops_total = 0;     // all ranks (includes replication, e.g. KV heads)
+  double flops_total = 0;     // all ranks: the model's FLOPs, plus the router replicated on every TP rank
   // Bytes one rank sends over the whole prefill, per kind.
   double ulysses_bytes = 0, ring_bytes = 0, halo_bytes = 0, pipeline_bytes = 0, allreduce_bytes = 0;
   MemoryUse memory;           // the fullest rank

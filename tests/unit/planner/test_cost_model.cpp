@@ -40,7 +40,7 @@ TEST(CostModelFlops, TinyDenseLinearAndPairs) {
   // lm_head: 2·64·100.
   EXPECT_DOUBLE_EQ(lm_head_flops_per_token(c), 12800);
 
-  FlopCount f = prefill_flops(c, 10);
+  FlopCount f = prefill_flop_count(c, 10);
   EXPECT_DOUBLE_EQ(f.linear, 36864.0 * 2 * 10);
   EXPECT_DOUBLE_EQ(f.attention_full, 55.0 * 256);
   EXPECT_DOUBLE_EQ(f.attention_sliding, 34.0 * 256);
@@ -178,7 +178,7 @@ TEST(CostModelGptOss, ReproducesSection7) {
                       {65536, 633.3, 2.47, 596.6, 1232.4},
                       {100000, 1474.6, 3.77, 910.4, 2388.7}};
   for (const Row& r : rows) {
-    FlopCount f = prefill_flops(c, r.n);
+    FlopCount f = prefill_flop_count(c, r.n);
     EXPECT_NEAR(f.attention_full / 1e12, r.full, 0.05) << r.n;
     EXPECT_NEAR(f.attention_sliding / 1e12, r.sliding, r.sliding * 0.005) << r.n;
     EXPECT_NEAR(f.linear / 1e12, r.linear, 0.05) << r.n;
