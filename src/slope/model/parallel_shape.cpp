@@ -9,6 +9,10 @@ std::string MeshShape::str() const {
   return str_cat("pp=", pp, " ring=", ring, " ulysses=", ulysses, " tp=", tp);
 }
 
+int64_t MeshShape::pipeline_chunk(int64_t tokens) const {
+  return pp_chunk >= 0 ? pp_chunk : default_pipeline_chunk(pp, tokens);
+}
+
 std::vector<int> valid_ulysses_degrees(int64_t num_q_heads, int64_t num_kv_heads) {
   std::vector<int> out;
   for (int64_t u = 1; u <= num_q_heads; ++u) {
@@ -21,7 +25,7 @@ std::vector<int> valid_ulysses_degrees(int64_t num_q_heads, int64_t num_kv_heads
 
 std::string mesh_problem(const MeshShape& s, const ModelConfig& cfg) {
   if (s.pp < 1 || s.ring < 1 || s.ulysses < 1 || s.tp < 1) return "every degree must be at least 1";
-  if (s.pp_chunk < 0) return "the pipeline chunk must be 0 (whole prompt) or positive";
+  if (s.pp_chunk < -1) return "the pipeline chunk must be positive, 0 (whole prompt) or -1 (the default)";
   if (s.pp > cfg.num_layers) return str_cat("--pp ", s.pp, " exceeds the model's ", cfg.num_layers, " layers");
   TensorSlice slice = TensorSlice::whole(cfg);
   if (s.tp > 1) {

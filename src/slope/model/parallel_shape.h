@@ -21,16 +21,19 @@ struct MeshShape {
   int ring = 1;          // ring-attention degree inside a stage (K/V passed around)
   int ulysses = 1;       // Ulysses degree inside a stage (all-to-all over a tensor rank's heads)
   int tp = 1;            // tensor-parallel degree (heads and MLP columns split)
-  int64_t pp_chunk = 0;  // tokens per pipeline chunk; 0 = the whole prompt in one chunk
+  int64_t pp_chunk = -1;  // tokens per pipeline chunk; 0 = whole prompt; -1 = default_pipeline_chunk
 
   int cp_size() const { return ring * ulysses; }  // ranks a chunk's rows are sharded over
   int stage_size() const { return ring * ulysses * tp; }
   int size() const { return pp * stage_size(); }
   std::string str() const;  // "pp=2 ring=1 ulysses=2 tp=1"
+  // Tokens per pipeline chunk for a prompt of `tokens` (0: whole prompt): pp_chunk if given,
+  // else default_pipeline_chunk(pp, tokens).
+  int64_t pipeline_chunk(int64_t tokens) const;
 };
 
 // The first reason `mesh` cannot run a model of `cfg`, or "" if it can (world size and hardware
-// aside): a degree below 1, a negative pp_chunk, more stages than layers, tp not fitting the
+// aside): a degree below 1, pp_chunk below -1, more stages than layers, tp not fitting the
 // heads or the MLP (TensorSlice::of), or ulysses not fitting a tensor rank's heads. The engine's
 // validate_shape and the planner's mesh_problem both start here, so they cannot disagree.
 std::string mesh_problem(const MeshShape& mesh, const ModelConfig& cfg);

@@ -287,7 +287,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   const double pair_flops = attention_flops_per_pair(cfg);
 
   // Chunks of the prompt that flow through the pipeline.
-  const int64_t chunk = (m.pp_chunk <= 0 || m.pp_chunk >= tokens) ? tokens : m.pp_chunk;
+  const int64_t asked = m.pipeline_chunk(tokens);  // -1: the engine's default
+  const int64_t chunk = (asked <= 0 || asked >= tokens) ? tokens : asked;
   const int64_t n_chunks = (tokens + chunk - 1) / chunk;
 
   // Layers of each stage, as even as possible (the first L mod P stages get one more).
