@@ -211,6 +211,22 @@ TEST(CostModelMesh, RejectsImpossibleMeshes) {
   EXPECT_THROW(predict(c, hw, Mesh{}, 0), Error);
 }
 
+// The planner refuses exactly what the engine refuses (model::mesh_problem, in the engine's
+// words), and adds only the node constraint: a TP degree that splits the heads but not the MLP
+// columns was once accepted by the planner and refused by the engine.
+TEST(CostModelMesh, RefusesWhatTheEngineRefuses) {
+  auto c = gpt_oss_120b();
+  auto hw = round_profile();
+  c.intermediate_size = 2884;  // 64 heads and 8 KV heads split 8 ways, 2884 columns do not
+  for (const Mesh& m : {Mesh{1, 1, 1, 8, 0}, Mesh{1, 2, 1, 8, 0}, Mesh{1, 1, 3, 1, 0}, Mesh{37, 1, 1, 1, 0}}) {
+    EXPECT_NE(model::mesh_problem(m, c), "") << m.str();
+    EXPECT_EQ(mesh_problem(c, hw, m), model::mesh_problem(m, c)) << m.str();
+  }
+  EXPECT_NE(mesh_problem(c, hw, Mesh{1, 1, 1, 8, 0}).find("intermediate size 2884"), std::string::npos);
+  EXPECT_EQ(model::mesh_problem(Mesh{1, 1, 1, 4, 0}, c), "");
+  EXPECT_EQ(mesh_problem(c, hw, Mesh{1, 1, 1, 4, 0}), "");
+}
+
 TEST(CostModelProperties, MoreRanksNeverMoreComputePerRank) {
   auto c = gpt_oss_120b();
   auto hw = load_profile(testing::source_root() + "/profiles/mi250-gcd.json");
