@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const HardwareProfile hw = parse_profile(std::string(reinterpret_cast<const char*>(data), size), "fuzz profile");
     static const slope::model::ModelConfig cfg = testing::tiny_moe();
     volatile double sink = 0;
-    for (const Mesh& m : {Mesh{1, 1, 1, 1, 0}, Mesh{2, 2, 1, 1, 0}, Mesh{1, 1, 2, 2, 1024}}) {
+    for (const Mesh& m : {Mesh{.pp_chunk = 0}, Mesh{.ring = 2, .ulysses = 2, .pp_chunk = 0}, Mesh{.pp = 2, .tp = 2, .pp_chunk = 1024}}) {
       if (!mesh_problem(cfg, hw, m).empty()) continue;
       sink = sink + predict(cfg, hw, m, 5000).ttft_s;
     }

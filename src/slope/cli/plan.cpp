@@ -107,8 +107,8 @@ int cmd_predict(int argc, char** argv) {
       nlohmann::json j;
       j["model"] = model_path;
       j["hardware"] = hw.name;
-      j["mesh"] = {{"U", mesh.U}, {"R", mesh.R}, {"P", mesh.P}, {"TP", mesh.TP}, {"chunk", mesh.chunk}};
-      j["mesh_name"] = mesh.str();
+      j["mesh"] = {{"U", mesh.ulysses}, {"R", mesh.ring}, {"P", mesh.pp}, {"TP", mesh.tp}, {"chunk", mesh.pp_chunk}};
+      j["mesh_name"] = planner::mesh_name(mesh);
       j["dtype"] = dtype;
       j["tokens"] = n;
       j["chunks"] = p.chunks;
@@ -129,7 +129,7 @@ int cmd_predict(int argc, char** argv) {
       if (n == contexts.front())
         std::cout << "mesh: U Ulysses degree, R ring degree, P pipeline stages, TP tensor-parallel degree "
                      "(1 when absent), chunk = tokens per pipeline chunk; service = time the mesh is busy\n\n";
-      std::cout << cfg.architecture << " on " << hw.name << ", " << mesh.str() << ", " << n << " tokens ("
+      std::cout << cfg.architecture << " on " << hw.name << ", " << planner::mesh_name(mesh) << ", " << n << " tokens ("
                 << p.chunks << " chunk" << (p.chunks == 1 ? "" : "s") << ", " << dtype_flag << ")\n";
       std::cout << "  TTFT " << seconds(p.ttft_s) << " s   service " << seconds(p.service_s) << " s   "
                 << p.flops_per_rank / 1e9 << " GFLOP on the busiest rank\n";

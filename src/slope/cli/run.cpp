@@ -253,7 +253,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   ec.mesh = shape;
   ec.compute = compute;
   ec.gemm_chunk = a.chunk;
-  ec.pp_chunk = pp_chunk;
+  ec.mesh.pp_chunk = pp_chunk;
   ec.timeout_s = a.timeout;
   ec.max_memory = a.max_memory;
   ec.balance_tokens = n;  // stages balanced for the first prompt

@@ -89,8 +89,7 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   q.num_tokens = n_max;
   q.batch = int(r.prompts.size());
   q.pp_chunk = r.pp_chunk >= 0 ? r.pp_chunk
-               : config_.pp_chunk >= 0 ? config_.pp_chunk
-                                       : model::default_pipeline_chunk(config_.mesh.pp, int64_t(r.prompts[0].size()));
+               : config_.mesh.pipeline_chunk(int64_t(r.prompts[0].size()));
   q.gemm_chunk = config_.gemm_chunk;
   q.bf16 = config_.compute == kernels::ComputeType::BF16;
   int64_t worst = 0;
@@ -117,8 +116,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   const std::vector<std::vector<int32_t>>& prompts = request.prompts;
   PrefillOutput out;
   out.pp_chunk = request.pp_chunk >= 0 ? request.pp_chunk
-                 : config_.pp_chunk >= 0 ? config_.pp_chunk
-                                         : model::default_pipeline_chunk(config_.mesh.pp, int64_t(prompts[0].size()));
+                 : config_.mesh.pipeline_chunk(int64_t(prompts[0].size()));
   PrefillOptions po;
   po.chunk_tokens = config_.gemm_chunk;
   po.top_k = request.top_k;

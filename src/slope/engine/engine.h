@@ -34,11 +34,10 @@ namespace slope::engine {
 
 struct EngineConfig {
   std::string model_dir;
-  ParallelShape mesh;                                      // pp x ring x ulysses x tp ranks
+  ParallelShape mesh;                                      // pp x ring x ulysses x tp ranks, pipeline chunk
   kernels::ComputeType compute = kernels::ComputeType::BF16;
   int threads = 0;                                         // OpenMP threads per rank; 0: leave as set
   int64_t gemm_chunk = 1024;                               // rows per chunk of the token-local work
-  int64_t pp_chunk = -1;                                   // tokens per pipeline chunk; -1: default per request
   double timeout_s = 300;                                  // a rank waits this long for a peer
   int64_t max_memory = 0;                                  // bytes a rank may need (predicted); 0: no limit
   int64_t balance_tokens = 4096;                           // prompt length the stages are balanced for
@@ -50,7 +49,7 @@ struct PrefillRequest {
   std::vector<std::vector<int32_t>> prompts;  // one prompt, or a batch (pipelined as micro-batches)
   int top_k = 5;
   bool keep_kv = false;                       // keep this rank's KV shard in the result
-  int64_t pp_chunk = -1;                      // -1: the engine's (EngineConfig::pp_chunk or default)
+  int64_t pp_chunk = -1;                      // -1: the engine's (EngineConfig::mesh.pp_chunk or default)
   std::function<void(const PrefillProgress&)> on_progress;  // this rank only; not shipped
 };
 

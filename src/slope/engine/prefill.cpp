@@ -39,24 +39,4 @@ std::vector<TopLogprob> top_logprobs(const float* logits, int64_t vocab, int k) 
   return out;
 }
 
-double layer_flops(const model::ModelConfig& c, int layer, int64_t n) {
-  const double H = double(c.hidden_size), D = double(c.head_dim);
-  const double qw = double(c.num_heads) * D, kw = double(c.num_kv_heads) * D;
-  const double I = double(c.intermediate_size);
-  double per_token = 2 * H * (qw + 2 * kw) + 2 * qw * H;  // qkv + o
-  if (c.is_moe())
-    per_token += 2 * H * c.num_experts + c.experts_per_token * (2 * H * 2 * I + 2 * I * H);
-  else
-    per_token += 2 * H * 2 * I + 2 * I * H;
-  const kernels::AttentionShape shape{c.num_heads, c.num_kv_heads, c.head_dim};
-  const kernels::AttentionMask mask{true, c.layer_window.at(layer)};
-  return per_token * double(n) + kernels::attention_flops(n, 0, n, 0, shape, mask);
-}
-
-double prefill_flops(const model::ModelConfig& c, int64_t n) {
-  double total = 2 * double(c.hidden_size) * double(c.vocab_size);  // lm_head, last position only
-  for (int64_t i = 0; i < c.num_layers; ++i) total += layer_flops(c, int(i), n);
-  return total;
-}
-
 }  // namespace slope::engine

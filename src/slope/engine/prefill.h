@@ -10,6 +10,7 @@
 
 #include "slope/core/tensor.h"
 #include "slope/model/attention_runner.h"
+#include "slope/model/flops.h"
 #include "slope/model/model.h"
 
 namespace slope::engine {
@@ -58,12 +59,10 @@ PrefillResult prefill(const model::Model& model, const std::vector<int32_t>& tok
 // Greedy token and the top-k log-probabilities (log-softmax in double) of a logits row.
 std::vector<TopLogprob> top_logprobs(const float* logits, int64_t vocab, int k);
 
-// FLOPs of layer `layer` over a prompt of n tokens: its linear layers (active experts only) and
-// its attention under the layer's mask.
-double layer_flops(const model::ModelConfig& cfg, int layer, int64_t n);
-
-// FLOPs of a whole prefill of n tokens (linear layers with the experts actually active, the
-// attention under its masks, lm_head for the last position only), 2 FLOPs per multiply-add.
-double prefill_flops(const model::ModelConfig& cfg, int64_t n);
+// FLOPs of one layer and of a whole prefill of n tokens (linear layers with the experts actually
+// active, the attention under its masks, lm_head for the last position only): the one count the
+// planner uses too (model/flops.h).
+using model::layer_flops;
+using model::prefill_flops;
 
 }  // namespace slope::engine

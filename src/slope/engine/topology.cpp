@@ -4,14 +4,11 @@
 #include <sstream>
 
 #include "slope/core/error.h"
+#include "slope/model/flops.h"
 #include "slope/model/layers.h"
 #include "slope/parallel/shard.h"
 
 namespace slope::engine {
-
-std::string ParallelShape::str() const {
-  return str_cat("pp=", pp, " ring=", ring, " ulysses=", ulysses, " tp=", tp);
-}
 
 namespace {
 
@@ -24,27 +21,6 @@ std::string flags(const ParallelShape& s) {
   return out.empty() ? " (no flags: one rank)" : out;
 }
 
-// The first problem with a shape, or "" if it is valid (world size aside).
-std::string shape_problem(const ParallelShape& s, const model::ModelConfig& cfg) {
-  if (s.pp < 1 || s.ring < 1 || s.ulysses < 1 || s.tp < 1) return "every degree must be at least 1";
-  if (s.pp > cfg.num_layers) return str_cat("--pp ", s.pp, " exceeds the model's ", cfg.num_layers, " layers");
-  model::TensorSlice slice = model::TensorSlice::whole(cfg);
-  if (s.tp > 1) {
-    try {
-      slice = model::TensorSlice::of(cfg, 0, s.tp);
-    } catch (const Error& e) {
-      return e.what();
-    }
-  }
-  if (s.ulysses > 1) {  // Ulysses splits the heads of one tensor rank
-    auto ok = parallel::valid_ulysses_degrees(slice.q_heads, slice.kv_heads);
-    if (std::find(ok.begin(), ok.end(), s.ulysses) == ok.end())
-      return str_cat("--ulysses ", s.ulysses, " does not fit ", slice.q_heads, " query / ", slice.kv_heads,
-                     " KV heads", s.tp > 1 ? str_cat(" (a tensor rank's share under --tp ", s.tp, ")") : "");
-  }
-  return "";
-}
-
 }  // namespace
 
 std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& cfg,
@@ -55,7 +31,7 @@ std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& 
       for (int u = 1; pp * ring * u <= world_size; ++u)
         for (int tp = 1; pp * ring * u * tp <= world_size; ++tp) {
           ParallelShape s{pp, ring, u, tp};
-          if (s.size() == world_size && shape_problem(s, cfg).empty()) out.push_back(s);
+          if (s.size() == world_size && model::mesh_problem(s, cfg).empty()) out.push_back(s);
         }
   return out;
 }
@@ -69,7 +45,7 @@ void validate_shape(const ParallelShape& s, int world_size, const model::ModelCo
     for (const ParallelShape& v : all_shapes(world_size, cfg, num_tokens)) valid += "\n  " + flags(v).substr(1);
     return valid;
   };
-  const std::string problem = shape_problem(s, cfg);
+  const std::string problem = model::mesh_problem(s, cfg);
   if (!problem.empty()) fail(problem, "; with ", ranks(world_size), " use one of:", alternatives());
   if (s.size() != world_size)
     fail(flags(s).substr(1), " needs ", ranks(s.size()), ", but ", ranks(world_size), (world_size == 1 ? " was" : " were"),
@@ -93,7 +69,7 @@ Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
       cp_comm_ = stage_comm_->split(tp_rank_, cp_rank, "context");
       cp = cp_comm_.get();
     }
-    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, parallel::MeshShape{shape.ring, shape.ulysses});
+    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, model::MeshShape{.ring = shape.ring, .ulysses = shape.ulysses});
   }
 }
 
@@ -144,17 +120,20 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
     const int64_t cp = int64_t(s.ring) * s.ulysses;
     m.tokens = int64_t(q.batch) * ((q.num_tokens + cp - 1) / cp);
     // Weights, as Model::load counts them: packed linear weights, f32 norms/biases/sinks.
-    int64_t per_layer = (H * (Hq + 2 * Hkv) * D + Hq * D * H) * wsz + (Hq + 2 * Hkv) * D * 4 + H * 4 + 2 * H * 4;
+    // Parameter counts from model/flops.h, shared with the planner.
+    const int64_t attn = int64_t(model::attention_weight_params(c, Hq, Hkv));
+    const int64_t mlp = int64_t(model::mlp_weight_params(c, I));  // one expert, or the dense MLP
+    int64_t per_layer = attn * wsz + (Hq + 2 * Hkv) * D * 4 + H * 4 + 2 * H * 4;
     if (c.is_moe())
-      per_layer += (c.num_experts * H) * wsz + c.num_experts * 4 +
-                   c.num_experts * ((2 * I * H + H * I) * wsz + 2 * I * 4 + H * 4) + c.num_experts * (2 * c.intermediate_size + H) * 4 +
+      per_layer += int64_t(model::router_weight_params(c)) * wsz + c.num_experts * 4 +
+                   c.num_experts * (mlp * wsz + 2 * I * 4 + H * 4) + c.num_experts * (2 * c.intermediate_size + H) * 4 +
                    c.num_heads * 4;
     else
-      per_layer += (2 * I * H + H * I) * wsz + (c.qk_norm ? 2 * D * 4 : 0);
+      per_layer += mlp * wsz + (c.qk_norm ? 2 * D * 4 : 0);
     m.weights = per_layer * (m.last_layer - m.first_layer);
     if (m.stage == 0) m.weights += V * H * int64_t(dtype_size(q.checkpoint_dtype));
     if (m.stage == s.pp - 1) m.weights += V * H * wsz + H * 4;
-    m.kv = m.tokens * (m.last_layer - m.first_layer) * 2 * Hkv * D * 4;
+    m.kv = m.tokens * (m.last_layer - m.first_layer) * int64_t(model::kv_elements_per_token_layer(c, Hkv)) * 4;  // f32
     // Activations of one chunk in one layer: residual, q, attention output, GEMM temporaries,
     // and the context-parallel exchange buffers (about the group's rows of the local heads).
     const int64_t rows = q.pp_chunk > 0 ? std::min(m.tokens / q.batch, (q.pp_chunk + cp - 1) / cp) : m.tokens / q.batch;

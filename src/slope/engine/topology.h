@@ -15,24 +15,18 @@
 
 #include "slope/engine/executor.h"
 #include "slope/model/config.h"
+#include "slope/model/parallel_shape.h"
 #include "slope/parallel/comm.h"
 #include "slope/parallel/mesh.h"
 
 namespace slope::engine {
 
-struct ParallelShape {
-  int pp = 1;       // pipeline stages
-  int ring = 1;     // ring-attention degree inside a stage
-  int ulysses = 1;  // Ulysses degree inside a stage
-  int tp = 1;       // tensor-parallel degree: a group of consecutive ranks inside each CP rank
-  int stage_size() const { return ring * ulysses * tp; }
-  int size() const { return pp * stage_size(); }
-  std::string str() const;  // "pp=2 ring=1 ulysses=2 tp=1"
-};
+// The engine's name for the one mesh type (model::MeshShape); str() is "pp=2 ring=1 ulysses=2 tp=1".
+using ParallelShape = model::MeshShape;
 
-// Throws slope::Error naming the problem and valid alternatives: world size != product, tp not
-// fitting the heads or the MLP, ulysses not fitting the heads of a tensor rank, more stages than
-// layers.
+// Throws slope::Error naming the problem and valid alternatives: world size != product, or any
+// problem model::mesh_problem finds (tp not fitting the heads or the MLP, ulysses not fitting
+// the heads of a tensor rank, more stages than layers).
 void validate_shape(const ParallelShape& shape, int world_size, const model::ModelConfig& cfg,
                     int64_t num_tokens);
 

@@ -6,18 +6,6 @@
 
 namespace slope::parallel {
 
-std::string MeshShape::str() const { return str_cat("U=", ulysses, " R=", ring); }
-
-std::vector<int> valid_ulysses_degrees(int64_t num_q_heads, int64_t num_kv_heads) {
-  std::vector<int> out;
-  for (int64_t u = 1; u <= num_q_heads; ++u) {
-    if (num_q_heads % u != 0) continue;
-    if (num_kv_heads > 0 && num_kv_heads % u != 0 && u % num_kv_heads != 0) continue;
-    out.push_back(int(u));
-  }
-  return out;
-}
-
 namespace {
 std::string join(const std::vector<int>& v) {
   std::ostringstream os;
@@ -67,6 +55,8 @@ void validate_mesh(const MeshShape& shape, int world_size, int64_t num_q_heads,
 }
 
 Mesh::Mesh(Communicator& world, MeshShape shape) : shape_(shape), world_(&world) {
+  SLOPE_CHECK(shape.pp == 1 && shape.tp == 1, "a context-parallel mesh is ring x ulysses only, got ", shape.str(),
+              " (pipeline stages and tensor groups are built around it by engine::Topology)");
   validate_mesh(shape, world.size(), 0, 0, 1);
   const int w = world.rank();
   const int r = w / shape.ulysses, u = w % shape.ulysses;

@@ -5,8 +5,8 @@
 //   world rank w  ->  ring_rank = w / U,  ulysses_rank = w % U
 //   ulysses_comm: the U ranks with the same ring_rank    (all-to-all over heads)
 //   ring_comm:    the R ranks with the same ulysses_rank (K/V passed around; same heads)
-// Pipeline stages (outermost) and tensor parallelism will add fields to MeshShape; today both
-// are 1.
+// The shape is the one mesh type (model::MeshShape); a Mesh is the context-parallel group, so
+// only its ring and ulysses degrees are used here (pp and tp must be 1).
 #pragma once
 
 #include <cstdint>
@@ -14,17 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "slope/model/parallel_shape.h"
 #include "slope/parallel/comm.h"
 
 namespace slope::parallel {
 
-struct MeshShape {
-  int ring = 1;     // R: ring-attention degree (sequence split into 2R zigzag chunks)
-  int ulysses = 1;  // U: Ulysses degree (heads split U ways inside a group)
-  // Room for `pipeline` (stages, outermost) and `tensor` later.
-  int size() const { return ring * ulysses; }
-  std::string str() const;  // "U=2 R=4"
-};
+using model::MeshShape;
 
 // Throws slope::Error, naming the valid alternatives, if the mesh cannot run this model:
 //  - world_size != U × R (lists every (U,R) that fits world_size and the heads);
@@ -37,12 +32,12 @@ void validate_mesh(const MeshShape& shape, int world_size, int64_t num_q_heads,
                    int64_t num_kv_heads, int64_t num_tokens);
 
 // U values that divide num_q_heads and nest with num_kv_heads (see validate_mesh).
-std::vector<int> valid_ulysses_degrees(int64_t num_q_heads, int64_t num_kv_heads);
+using model::valid_ulysses_degrees;
 
 class Mesh {
  public:
   // Collective over `world`: every rank must call it with the same shape. `world` must outlive
-  // the mesh. Throws if world.size() != shape.size().
+  // the mesh. Throws if world.size() != ring × ulysses, or if shape.pp or shape.tp is not 1.
   Mesh(Communicator& world, MeshShape shape);
 
   const MeshShape& shape() const { return shape_; }

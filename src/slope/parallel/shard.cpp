@@ -55,7 +55,7 @@ SequenceShard ZigzagLayout::shard_of_world_rank(int w) const {
 
 std::vector<SequenceShard> ZigzagLayout::all_shards() const {
   std::vector<SequenceShard> out;
-  for (int w = 0; w < shape_.size(); ++w) out.push_back(shard_of_world_rank(w));
+  for (int w = 0; w < shape_.cp_size(); ++w) out.push_back(shard_of_world_rank(w));
   return out;
 }
 

@@ -21,11 +21,6 @@ constexpr double kMxfp4BytesPerParam = 4.25 / 8;
 
 double bf16_bytes(double params) { return 2 * params; }
 
-int64_t window_of(const ModelConfig& cfg, int64_t layer) {
-  if (cfg.layer_window.empty()) return 0;
-  return cfg.layer_window[static_cast<size_t>(layer)];
-}
-
 // Roofline time of a kernel: the slower of its arithmetic and its memory traffic.
 double roof(double flops, double flop_rate, double bytes, double byte_rate) {
   return std::max(flops / flop_rate, bytes / byte_rate);
@@ -39,10 +34,10 @@ struct HeadSplit {
 };
 HeadSplit head_split(const ModelConfig& cfg, const Mesh& m) {
   HeadSplit h;
-  h.q_tp = double(cfg.num_heads) / m.TP;
-  h.kv_tp = m.TP <= cfg.num_kv_heads ? double(cfg.num_kv_heads) / m.TP : 1.0;
-  h.q_u = h.q_tp / m.U;
-  h.kv_u = m.U <= h.kv_tp ? h.kv_tp / m.U : 1.0;
+  h.q_tp = double(cfg.num_heads) / m.tp;
+  h.kv_tp = m.tp <= cfg.num_kv_heads ? double(cfg.num_kv_heads) / m.tp : 1.0;
+  h.q_u = h.q_tp / m.ulysses;
+  h.kv_u = m.ulysses <= h.kv_tp ? h.kv_tp / m.ulysses : 1.0;
   return h;
 }
 
@@ -53,8 +48,8 @@ struct Links {
 };
 Links links_of(const HardwareProfile& hw, const Mesh& m) {
   const int D = hw.node.devices_per_node;
-  const int st = m.stage_ranks();
-  const int group = m.U * m.TP;  // ranks at one ring position
+  const int st = m.stage_size();
+  const int group = m.ulysses * m.tp;  // ranks at one ring position
   const double node_bw = hw.network.bandwidth_gbs_per_node * 1e9;
   const double dev_bw = hw.network.bandwidth_gbs_per_device * 1e9;
   Links l;
@@ -127,7 +122,7 @@ double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64
   return work;
 }
 
-std::string Mesh::str() const {
+std::string mesh_name(const Mesh& m) {
   std::ostringstream os;
   const char* sep = "";
   auto put = [&](const char* k, int v) {
@@ -136,12 +131,12 @@ std::string Mesh::str() const {
       sep = " ";
     }
   };
-  put("U", U);
-  put("R", R);
-  put("P", P);
-  put("TP", TP);
-  if (U * R * P * TP == 1) os << "1 rank";
-  if (P > 1 && chunk > 0) os << " chunk " << chunk;
+  put("U", m.ulysses);
+  put("R", m.ring);
+  put("P", m.pp);
+  put("TP", m.tp);
+  if (m.size() == 1) os << "1 rank";
+  if (m.pp > 1 && m.pp_chunk > 0) os << " chunk " << m.pp_chunk;
   return os.str();
 }
 
@@ -150,35 +145,12 @@ double PhaseTimes::total() const {
          lm_head + pipeline_fill;
 }
 
-double linear_flops_per_token_layer(const ModelConfig& c) {
-  const double h = double(c.hidden_size), q = double(c.num_heads * c.head_dim),
-               kv = double(c.num_kv_heads * c.head_dim), inter = double(c.intermediate_size);
-  double attn = 2 * (h * q + 2 * h * kv + q * h);
-  double mlp = c.is_moe() ? 2 * h * double(c.num_experts) + double(c.experts_per_token) * 2 * 3 * h * inter
-                          : 2 * 3 * h * inter;
-  return attn + mlp;
-}
-
-double lm_head_flops_per_token(const ModelConfig& c) { return 2.0 * double(c.hidden_size) * double(c.vocab_size); }
-
-double attention_flops_per_pair(const ModelConfig& c) { return 4.0 * double(c.num_heads) * double(c.head_dim); }
-
-double attention_pairs(int64_t q0, int64_t q1, int64_t window) {
-  if (q1 <= q0) return 0;
-  // Full causal: query q sees q+1 keys, Σ_{q=q0}^{q1-1} (q+1) = (q1(q1+1) - q0(q0+1)) / 2.
-  auto tri = [](double n) { return n * (n + 1) / 2; };
-  if (window <= 0) return tri(double(q1)) - tri(double(q0));
-  // Window W: query q sees min(q+1, W) keys; queries below W-1 see q+1, the rest W.
-  const int64_t split = std::clamp<int64_t>(window - 1, q0, q1);  // first q with q+1 >= W
-  return (tri(double(split)) - tri(double(q0))) + double(window) * double(q1 - split);
-}
-
-FlopCount prefill_flops(const ModelConfig& cfg, int64_t tokens) {
+FlopCount prefill_flop_count(const ModelConfig& cfg, int64_t tokens) {
   FlopCount f;
   f.linear = linear_flops_per_token_layer(cfg) * double(cfg.num_layers) * double(tokens);
   const double per_pair = attention_flops_per_pair(cfg);
   for (int64_t l = 0; l < cfg.num_layers; ++l) {
-    int64_t w = window_of(cfg, l);
+    int64_t w = model::layer_window(cfg, l);
     double a = per_pair * attention_pairs(0, tokens, w);
     (w > 0 ? f.attention_sliding : f.attention_full) += a;
   }
@@ -190,20 +162,20 @@ WeightBytes weight_bytes(const ModelConfig& c) {
   const double h = double(c.hidden_size), d = double(c.head_dim), H = double(c.num_heads),
                KV = double(c.num_kv_heads), inter = double(c.intermediate_size);
   WeightBytes w;
-  double attn = h * H * d + 2 * h * KV * d + H * d * h;
+  double attn = model::attention_weight_params(c, c.num_heads, c.num_kv_heads);
   if (c.qkv_bias) attn += (H + 2 * KV) * d;
   if (c.o_bias) attn += h;
   if (c.sinks) attn += H;
   w.attention_per_layer = bf16_bytes(attn);
   if (c.is_moe()) {
     const double E = double(c.num_experts);
-    w.router_per_layer = bf16_bytes(E * h + E);  // weight and bias
-    const double matrices = 3 * h * inter;        // gate_up [2·inter, h] and down [h, inter]
+    w.router_per_layer = bf16_bytes(model::router_weight_params(c) + E);  // weight and bias
+    const double matrices = model::mlp_weight_params(c, c.intermediate_size);  // gate_up [2·inter, h], down [h, inter]
     const double biases = 2 * inter + h;
     w.expert_bytes = (c.mxfp4_experts ? matrices * kMxfp4BytesPerParam : bf16_bytes(matrices)) + bf16_bytes(biases);
     w.mlp_per_layer = E * w.expert_bytes;
   } else {
-    w.mlp_per_layer = bf16_bytes(3 * h * inter);
+    w.mlp_per_layer = bf16_bytes(model::mlp_weight_params(c, c.intermediate_size));
   }
   w.norms_per_layer = 4 * (2 * h + (c.qk_norm ? 2 * d : 0));
   w.embedding = bf16_bytes(double(c.vocab_size) * h);
@@ -216,7 +188,7 @@ double elementwise_bytes_per_token(const ModelConfig& cfg, int tp, const std::st
                                    bool unfused) {
   SLOPE_CHECK(tp >= 1, "tensor-parallel degree must be at least 1, got ", tp);
   Mesh m;
-  m.TP = tp;
+  m.tp = tp;
   const HeadSplit hs = head_split(cfg, m);
   const double h = double(cfg.hidden_size), d = double(cfg.head_dim), H = double(cfg.num_heads),
                KV = double(cfg.num_kv_heads), inter = double(cfg.intermediate_size);
@@ -242,39 +214,19 @@ double elementwise_bytes_per_token(const ModelConfig& cfg, int tp, const std::st
 }
 
 double kv_bytes_per_token_layer(const ModelConfig& c) {
-  return 2.0 * double(c.num_kv_heads) * double(c.head_dim) * 2.0;
+  return model::kv_elements_per_token_layer(c, c.num_kv_heads) * 2.0;
 }
 
 std::string mesh_problem(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh& m) {
-  std::ostringstream why;
+  // What the engine refuses, in the engine's words: one check for both.
+  if (std::string why = model::mesh_problem(m, cfg); !why.empty()) return why;
   const int D = hw.node.devices_per_node;
-  if (m.U < 1 || m.R < 1 || m.P < 1 || m.TP < 1) return "every degree (U, R, P, TP) must be at least 1";
-  if (m.U > kMaxMeshDegree || m.R > kMaxMeshDegree || m.P > kMaxMeshDegree || m.TP > kMaxMeshDegree ||
-      int64_t(m.U) * m.R * m.P * m.TP > kMaxMeshRanks)
+  if (m.ulysses > kMaxMeshDegree || m.ring > kMaxMeshDegree || m.pp > kMaxMeshDegree || m.tp > kMaxMeshDegree ||
+      int64_t(m.ulysses) * m.ring * m.pp * m.tp > kMaxMeshRanks)
     return str_cat("degrees above ", kMaxMeshDegree, " or more than ", kMaxMeshRanks, " ranks are not modelled");
-  if (m.chunk < 0) return "chunk size must be 0 (whole prompt) or positive";
-  if (cfg.num_heads % (int64_t(m.U) * m.TP) != 0) {
-    why << "U·TP = " << m.U * m.TP << " does not divide the " << cfg.num_heads << " query heads";
-    return why.str();
-  }
-  auto divides_either = [](int64_t a, int64_t b) { return a % b == 0 || b % a == 0; };
-  if (!divides_either(cfg.num_kv_heads, m.TP)) {
-    why << "TP = " << m.TP << " and the " << cfg.num_kv_heads << " KV heads: one must divide the other";
-    return why.str();
-  }
-  const int64_t kv_tp = m.TP <= cfg.num_kv_heads ? cfg.num_kv_heads / m.TP : 1;
-  if (!divides_either(kv_tp, m.U)) {
-    why << "U = " << m.U << " and the " << kv_tp << " KV heads per TP rank: one must divide the other";
-    return why.str();
-  }
-  if (m.U * m.TP > D || D % (m.U * m.TP) != 0) {
-    why << "U·TP = " << m.U * m.TP << " must divide the " << D << " devices of a node (Ulysses and TP stay inside a node)";
-    return why.str();
-  }
-  if (m.P > cfg.num_layers) {
-    why << "P = " << m.P << " exceeds the " << cfg.num_layers << " layers";
-    return why.str();
-  }
+  const int group = m.ulysses * m.tp;
+  if (group > D || D % group != 0)
+    return str_cat("U·TP = ", group, " must divide the ", D, " devices of a node (Ulysses and TP stay inside a node)");
   return "";
 }
 
@@ -282,7 +234,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
                    const CostOptions& opt) {
   SLOPE_CHECK(tokens >= 1 && tokens <= kMaxContextTokens, "prompt length must be between 1 and ", kMaxContextTokens,
               " tokens, got ", tokens);
-  if (auto p = mesh_problem(cfg, hw, mesh); !p.empty()) fail("mesh ", mesh.str(), " cannot run ", cfg.architecture, ": ", p);
+  if (auto p = mesh_problem(cfg, hw, mesh); !p.empty()) fail("mesh ", mesh_name(mesh), " cannot run ", cfg.architecture, ": ", p);
   SLOPE_CHECK(cfg.num_layers > 0 && cfg.hidden_size > 0 && cfg.head_dim > 0 && cfg.num_heads > 0 &&
                   cfg.num_kv_heads > 0 && cfg.intermediate_size > 0 && cfg.vocab_size > 0,
               "model config is incomplete (layers, hidden, heads, head_dim, intermediate, vocab must be positive)");
@@ -334,21 +286,22 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   const double h = double(cfg.hidden_size), d = double(cfg.head_dim), H = double(cfg.num_heads),
                KV = double(cfg.num_kv_heads), inter = double(cfg.intermediate_size);
   const double E = double(cfg.num_experts), k = double(cfg.experts_per_token);
-  const double cp = double(m.R) * m.U;  // ranks a chunk's tokens are split over
-  const double TP = m.TP;
+  const double cp = double(m.ring) * m.ulysses;  // ranks a chunk's tokens are split over
+  const double TP = m.tp;
   const double pair_flops = attention_flops_per_pair(cfg);
 
   // Chunks of the prompt that flow through the pipeline.
-  const int64_t chunk = (m.chunk <= 0 || m.chunk >= tokens) ? tokens : m.chunk;
+  const int64_t asked = m.pipeline_chunk(tokens);  // -1: the engine's default
+  const int64_t chunk = (asked <= 0 || asked >= tokens) ? tokens : asked;
   const int64_t n_chunks = (tokens + chunk - 1) / chunk;  // tokens, chunk <= 2^31: no overflow
   SLOPE_CHECK(n_chunks <= kMaxPipelineChunks, "pipeline chunk ", chunk, " splits ", tokens, " tokens into ", n_chunks,
               " chunks; the cost model takes at most ", kMaxPipelineChunks, ": use a chunk of at least ",
               (tokens + kMaxPipelineChunks - 1) / kMaxPipelineChunks, " tokens");
 
   // Layers of each stage, as even as possible (the first L mod P stages get one more).
-  std::vector<std::vector<int64_t>> stage_layers(m.P);
-  for (int64_t l = 0, s = 0; s < m.P; ++s) {
-    int64_t n = cfg.num_layers / m.P + (s < cfg.num_layers % m.P ? 1 : 0);
+  std::vector<std::vector<int64_t>> stage_layers(m.pp);
+  for (int64_t l = 0, s = 0; s < m.pp; ++s) {
+    int64_t n = cfg.num_layers / m.pp + (s < cfg.num_layers % m.pp ? 1 : 0);
     for (int64_t i = 0; i < n; ++i) stage_layers[s].push_back(l++);
   }
 
@@ -358,8 +311,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   // gathered), and attends to every piece of this chunk and all earlier keys; sliding layers:
   // each rank's own rows against its keys and the halo.
   auto attention_work = [&](int64_t w, int64_t p, int64_t c) -> double {
-    if (!tiles) return attention_pairs(p, p + c, w) / (w <= 0 ? double(m.R) : cp);
-    const int R = m.R;
+    if (!tiles) return attention_pairs(p, p + c, w) / (w <= 0 ? double(m.ring) : cp);
+    const int R = m.ring;
     auto piece = [&](int i, int parts) {  // [start, end) of piece i of `parts` of the chunk
       return std::pair<int64_t, int64_t>{p + i * c / parts, p + (i + 1) * c / parts};
     };
@@ -391,7 +344,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
         // Sliding: Ulysses rank 0 of the position holds the first 1/U of each piece; keys from
         // the window before it (the halo) to its end; one rank reads its cache from 0.
         for (auto [a, b] : mine) {
-          const int64_t b_u = a + (b - a) / m.U;
+          const int64_t b_u = a + (b - a) / m.ulysses;
           const int64_t k0 = cp > 1 ? std::max<int64_t>(0, a - w + 1) : 0;
           work += attention_tile_work(a, b_u, k0, b_u, w, bq, bk, row_ovh);
         }
@@ -401,7 +354,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     return worst;
   };
 
-  const double ew_per_token = elementwise_bytes_per_token(cfg, m.TP, opt.compute_dtype, eng.unfused_elementwise);
+  const double ew_per_token = elementwise_bytes_per_token(cfg, m.tp, opt.compute_dtype, eng.unfused_elementwise);
   // Element-wise kernels run at the rate the profile measured for them, else stream at the
   // memory bandwidth.
   const double ew_rate = eng.elementwise_gbs > 0 ? eng.elementwise_gbs * 1e9 : mem_bw;
@@ -415,22 +368,22 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     const double blocks = gemm_rows > 0 ? std::ceil(t / gemm_rows) : 1.0;
     const double t_block = gemm_rows > 0 ? std::min(t, gemm_rows) : t;
     // Linear layers: each GEMM is a roofline of its FLOPs and its weight + activation bytes.
-    const double proj_flops = t * 2 * (h * H * d + 2 * h * KV * d + H * d * h) / TP;
+    const double proj_flops = t * 2 * model::attention_weight_params(cfg, cfg.num_heads, cfg.num_kv_heads) / TP;
     const double proj_bytes = blocks * wb.attention_per_layer / TP + t * wire * (2 * h + (2 * H + 2 * KV) * d / TP);
     double lin = roof(proj_flops, mm_rate, proj_bytes, mem_bw);
     double mlp_flops;
     if (cfg.is_moe()) {
-      const double router_flops = t * 2 * h * E;
+      const double router_flops = t * model::router_flops_per_token_layer(cfg);
       lin += roof(router_flops, mm_rate, blocks * wb.router_per_layer + t * wire * (h + E), mem_bw);
       // Experts touched by a block of tokens choosing k of E each (uniform routing):
       // E(1 - (1 - k/E)^t); each touched expert's weights are read once per block.
       const double touched = E * (1 - std::pow(1 - k / E, t_block));
-      mlp_flops = t * k * 2 * 3 * h * inter / TP;
+      mlp_flops = t * k * 2 * model::mlp_weight_params(cfg, cfg.intermediate_size) / TP;
       const double mlp_bytes = blocks * touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
       lin += roof(mlp_flops, expert_rate, mlp_bytes, mem_bw);
       sc.flops += router_flops;
     } else {
-      mlp_flops = t * 2 * 3 * h * inter / TP;
+      mlp_flops = t * 2 * model::mlp_weight_params(cfg, cfg.intermediate_size) / TP;
       lin += roof(mlp_flops, mm_rate, blocks * wb.mlp_per_layer / TP + t * wire * (2 * h + 3 * inter / TP), mem_bw);
     }
     sc.flops += proj_flops + mlp_flops;
@@ -442,28 +395,28 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     // Time-relevant work (tiles, or exact pairs) of the busiest rank, its heads only.
     // Full layers: a ring position's rows with 1/U of the heads; sliding: a rank's rows.
     const double attn_work_flops = attention_work(w, int64_t(p), int64_t(c)) * pair_flops / TP /
-                                   (w <= 0 ? double(m.U) : 1.0);
+                                   (w <= 0 ? double(m.ulysses) : 1.0);
     double kernels = kKernelsPerLayer + 1;
     if (w <= 0) {
       // The K/V a call streams: all keys so far (a ring step: one rank's share) of my KV heads.
-      const double comp = attn_work_flops / full_rate((p + c) / m.R);
-      if (m.U > 1) {
+      const double comp = attn_work_flops / full_rate((p + c) / m.ring);
+      if (m.ulysses > 1) {
         // Before: q, k, v of my tokens to the ranks owning their heads; after: o back.
-        const double bytes = t * d * wire * (m.U - 1) * (2 * hs.q_u + 2 * hs.kv_u);
+        const double bytes = t * d * wire * (m.ulysses - 1) * (2 * hs.q_u + 2 * hs.kv_u);
         sc.ulysses_bytes += bytes;
         sc.t.ulysses += bytes / hw.node.alltoall.bytes_per_s() + 2 * (hw.node.alltoall.latency_s() + msg);
       }
-      if (m.R > 1) {
+      if (m.ring > 1) {
         // Ring of R steps; step i computes on the K/V block held while block i+1 travels.
         // A block is this rank's share of all keys so far: (p + c)/R tokens, kv_u heads.
-        const double block = (p + c) / m.R * hs.kv_u * d * 2 * wire;
-        const double step_comp = comp / m.R;
+        const double block = (p + c) / m.ring * hs.kv_u * d * 2 * wire;
+        const double step_comp = comp / m.ring;
         const double step = std::max(step_comp, block / lk.ring_bw) + lk.ring_lat + msg;
-        const double ring = step_comp + (m.R - 1) * step;
+        const double ring = step_comp + (m.ring - 1) * step;
         sc.t.attention += comp;
         sc.t.ring_exposed += ring - comp;
-        sc.ring_bytes += (m.R - 1) * block;
-        kernels += m.R;
+        sc.ring_bytes += (m.ring - 1) * block;
+        kernels += m.ring;
       } else {
         sc.t.attention += comp;
       }
@@ -476,15 +429,15 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
       if (cp > 1) {
         // Halo: the previous W-1 tokens' K/V from the shard before each of my segments
         // (two segments under zigzag ring sharding).
-        const double segs = m.R > 1 ? 2 : 1;
+        const double segs = m.ring > 1 ? 2 : 1;
         const double seg_bytes = double(std::min<int64_t>(w - 1, int64_t(p + c))) * hs.kv_tp * d * 2 * wire;
-        const double bw = m.R > 1 ? lk.ring_bw : hw.node.p2p.bytes_per_s();
-        const double lat = (m.R > 1 ? lk.ring_lat : hw.node.p2p.latency_s()) + msg;
+        const double bw = m.ring > 1 ? lk.ring_bw : hw.node.p2p.bytes_per_s();
+        const double lat = (m.ring > 1 ? lk.ring_lat : hw.node.p2p.latency_s()) + msg;
         sc.halo_bytes += segs * seg_bytes;
         sc.t.halo += segs * (lat + seg_bytes / bw);
       }
     }
-    if (m.TP > 1) {
+    if (m.tp > 1) {
       // Two all-reduces of [t, hidden] per layer (after o_proj and after the MLP), per block
       // of gemm_rows tokens; ring all-reduce moves 2(TP-1)/TP of the buffer at the bus bandwidth.
       const double bytes = t * h * wire * 2 * (TP - 1) / TP;
@@ -497,14 +450,14 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   };
 
   // Per stage, per chunk costs.
-  std::vector<std::vector<StageCost>> cost(m.P, std::vector<StageCost>(n_chunks));
-  for (int s = 0; s < m.P; ++s) {
+  std::vector<std::vector<StageCost>> cost(m.pp, std::vector<StageCost>(n_chunks));
+  for (int s = 0; s < m.pp; ++s) {
     for (int64_t j = 0; j < n_chunks; ++j) {
       const double p = double(j * chunk), c = double(std::min(chunk, tokens - j * chunk));
       StageCost& sc = cost[s][j];
       // Layers with the same window cost the same: evaluate each window once, scale by count.
       std::map<int64_t, int> windows;
-      for (int64_t l : stage_layers[s]) ++windows[window_of(cfg, l)];
+      for (int64_t l : stage_layers[s]) ++windows[model::layer_window(cfg, l)];
       for (const auto& [w, count] : windows) {
         StageCost one;
         layer_cost(w, p, c, one);
@@ -518,7 +471,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
         const double layer_buffers = 2 * c / cp * hs.q_tp * d * 4;
         sc.t.overhead += (kv + layer_buffers) / (eng.zero_fill_gbs * 1e9);
       }
-      if (s == m.P - 1 && j == n_chunks - 1) {
+      if (s == m.pp - 1 && j == n_chunks - 1) {
         // lm_head on the last token only (prefill returns the first token's logits).
         const double head_bytes = (wb.lm_head > 0 ? wb.lm_head : wb.embedding) / TP;
         sc.t.lm_head += roof(lm_head_flops_per_token(cfg) / TP, mm_rate, head_bytes, mem_bw) + kern;
@@ -532,7 +485,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     const double c = double(std::min(chunk, tokens - j * chunk));
     const double bytes = c / cp * h * wire / TP;
     if (bytes_out) *bytes_out += bytes;
-    const int D = hw.node.devices_per_node, st = m.stage_ranks();
+    const int D = hw.node.devices_per_node, st = m.stage_size();
     const bool crosses = st >= D || ((s + 1) * st) % D == 0;
     return crosses ? lk.pp_net_lat + bytes / lk.pp_net_bw : lk.pp_intra_lat + bytes / lk.pp_intra_bw;
   };
@@ -540,7 +493,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   // Flow shop (chunks in order through stages): finish[s][j] =
   //   max(finish[s-1][j] + hop, finish[s][j-1]) + time[s][j].
   std::vector<double> prev(n_chunks, 0.0), cur(n_chunks, 0.0);
-  for (int s = 0; s < m.P; ++s) {
+  for (int s = 0; s < m.pp; ++s) {
     for (int64_t j = 0; j < n_chunks; ++j) {
       double ready = s > 0 ? prev[j] + hop(s - 1, j, nullptr) : 0.0;
       double free = j > 0 ? cur[j - 1] : 0.0;
@@ -560,7 +513,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   // pipeline fill (bubble and activation hops).
   int busiest = 0;
   double busiest_time = -1;
-  for (int s = 0; s < m.P; ++s) {
+  for (int s = 0; s < m.pp; ++s) {
     double busy = 0;
     for (const auto& sc : cost[s]) busy += sc.t.total();
     if (busy > busiest_time) busiest_time = busy, busiest = s;
@@ -577,35 +530,37 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     out.allreduce_bytes += sc.allreduce_bytes;
   }
   out.phases.pipeline_fill = std::max(0.0, makespan - busiest_time);
-  if (m.P > 1 && busiest < m.P - 1)
+  if (m.pp > 1 && busiest < m.pp - 1)
     for (int64_t j = 0; j < n_chunks; ++j) hop(busiest, j, &out.pipeline_bytes);
-  for (int s = 0; s < m.P; ++s)
-    for (const auto& sc : cost[s]) out.flops_total += sc.flops * m.stage_ranks();
+  for (int s = 0; s < m.pp; ++s)
+    for (const auto& sc : cost[s]) out.flops_total += sc.flops * m.stage_size();
+  // lm_head runs once, for the last token (its 1/TP share is in every rank's stage cost above).
+  out.flops_total -= lm_head_flops_per_token(cfg) / TP * (m.stage_size() - m.tp);
 
   // Memory of the fullest rank: per stage, weights + KV + attention workspace + activations.
   const double tokens_rank = double(tokens) / cp;
   const double t_chunk = double(chunk) / cp;
-  for (int s = 0; s < m.P; ++s) {
+  for (int s = 0; s < m.pp; ++s) {
     MemoryUse mu;
     double full = 0, sliding = 0;
     int64_t max_window = 0;
     for (int64_t l : stage_layers[s]) {
-      int64_t w = window_of(cfg, l);
+      int64_t w = model::layer_window(cfg, l);
       (w > 0 ? sliding : full) += 1;
       max_window = std::max(max_window, w);
     }
     const double layers = full + sliding;
     mu.weights = layers * (wb.per_layer() - wb.norms_per_layer) / TP + layers * wb.norms_per_layer;
     if (s == 0) mu.weights += wb.embedding / TP;
-    if (s == m.P - 1) mu.weights += (wb.lm_head > 0 ? wb.lm_head : (m.P > 1 ? wb.embedding : 0)) / TP + wb.final_norm;
+    if (s == m.pp - 1) mu.weights += (wb.lm_head > 0 ? wb.lm_head : (m.pp > 1 ? wb.embedding : 0)) / TP + wb.final_norm;
     // KV kept: every token of my shard for full layers, only the last W for sliding layers.
-    const double kv_tok = hs.kv_tp * d * 2 * 2;  // bf16 K and V, my heads
+    const double kv_tok = model::kv_elements_per_token_layer(cfg, int64_t(hs.kv_tp)) * 2;  // bf16 K and V, my heads
     mu.kv_cache = full * tokens_rank * kv_tok + sliding * std::min(double(max_window), tokens_rank) * kv_tok;
     // Attention workspace for the last chunk of a full layer: K/V gathered by Ulysses
     // (tokens/R, kv_u heads) and the ring's double buffer of one block each.
     if (full > 0) {
-      const double gathered = double(tokens) / m.R * hs.kv_u * d * 2 * wire;
-      mu.attention_workspace = (m.U > 1 ? gathered : 0) + (m.R > 1 ? 2 * gathered : 0);
+      const double gathered = double(tokens) / m.ring * hs.kv_u * d * 2 * wire;
+      mu.attention_workspace = (m.ulysses > 1 ? gathered : 0) + (m.ring > 1 ? 2 * gathered : 0);
     }
     // Working set of one layer for one chunk, per token: fp32 residual, norm output and
     // delta; q, k, v before and after the all-to-all; fp32 attention output; the expert

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "slope/model/config.h"
+#include "slope/model/flops.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/planner/hardware_profile.h"
 
@@ -23,33 +24,21 @@ inline constexpr int64_t kMaxMeshDegree = 4096;
 inline constexpr int64_t kMaxMeshRanks = int64_t{1} << 16;
 inline constexpr int64_t kMaxPipelineChunks = int64_t{1} << 16;
 
-// One engine instance's parallel layout. Rank order: pipeline stage outermost, ring next,
-// Ulysses, then tensor parallelism innermost; U·TP ranks share a node.
-struct Mesh {
-  int U = 1;          // Ulysses degree (all-to-all over heads, inside a node)
-  int R = 1;          // ring degree (K/V passed around, across nodes)
-  int P = 1;          // pipeline stages (layers split; sequence chunks flow stage to stage)
-  int TP = 1;         // tensor parallel degree (heads and weights split, inside a node)
-  int64_t chunk = 0;  // tokens per pipeline chunk; 0 = the whole prompt in one chunk
-
-  int ranks() const { return U * R * P * TP; }
-  int stage_ranks() const { return U * R * TP; }
-  std::string str() const;  // "U8 R2 P2 chunk 16384", "TP8"
-};
+// One engine instance's parallel layout: the one mesh type (model::MeshShape). Rank order:
+// pipeline stage outermost, ring next, Ulysses, then tensor parallelism innermost; U·TP ranks
+// share a node.
+using Mesh = model::MeshShape;
+// The planner's name of a mesh: "U8 R2 P2 chunk 16384", "TP8", "1 rank".
+std::string mesh_name(const Mesh& mesh);
 
 // ---- Pure arithmetic on the model (no hardware) --------------------------------------------
 
-// Per token and per layer: attention projections (q, k, v, o), router and the top-k experts,
-// or the dense SwiGLU MLP. Biases, norms and activations are not counted (as in
-// gpt-oss-model.md section 7).
-double linear_flops_per_token_layer(const model::ModelConfig& cfg);
-// lm_head for one token: 2·hidden·vocab.
-double lm_head_flops_per_token(const model::ModelConfig& cfg);
-// FLOPs of one (query, key) pair in one layer, QK and PV over all query heads: 4·H·head_dim.
-double attention_flops_per_pair(const model::ModelConfig& cfg);
-// Exact number of (query, key) pairs a causal mask with window W (0 = full) keeps for the
-// queries at global positions [q0, q1): Σ_q min(q + 1, W).
-double attention_pairs(int64_t q0, int64_t q1, int64_t window);
+// Per token and layer, lm_head per token, per (query, key) pair, and the exact pair count of a
+// causal (windowed) mask: the engine's counts (model/flops.h), one definition for both.
+using model::attention_flops_per_pair;
+using model::attention_pairs;
+using model::linear_flops_per_token_layer;
+using model::lm_head_flops_per_token;
 
 struct FlopCount {
   double linear = 0;             // all layers, all tokens
@@ -58,7 +47,8 @@ struct FlopCount {
   double lm_head = 0;            // last token only
   double total() const { return linear + attention_full + attention_sliding + lm_head; }
 };
-FlopCount prefill_flops(const model::ModelConfig& cfg, int64_t tokens);
+// model::prefill_flops(cfg, tokens), split by kind.
+FlopCount prefill_flop_count(const model::ModelConfig& cfg, int64_t tokens);
 
 // Parameter bytes as SLOPE stores them on a device: bf16 everything except norms (fp32) and,
 // when the checkpoint is MXFP4, expert matrices at 4.25 bits per parameter (4-bit values plus
@@ -141,7 +131,7 @@ struct Prediction {
   double service_s = 0;  // how long the busiest stage is occupied per request (throughput bound)
   PhaseTimes phases;     // ttft_s broken down (the busiest stage, plus pipeline fill)
   double flops_per_rank = 0;  // over the whole prefill, the busiest stage's rank
-  double flops_total = 0;     // all ranks (includes replication, e.g. KV heads)
+  double flops_total = 0;     // all ranks: the model's FLOPs, plus the router replicated on every TP rank
   // Bytes one rank sends over the whole prefill, per kind.
   double ulysses_bytes = 0, ring_bytes = 0, halo_bytes = 0, pipeline_bytes = 0, allreduce_bytes = 0;
   MemoryUse memory;           // the fullest rank
@@ -149,8 +139,9 @@ struct Prediction {
   bool fits = false;
 };
 
-// Empty when the mesh can run the model on this hardware; otherwise why not (heads not
-// divisible, Ulysses or TP group larger than a node, more stages than layers, ...).
+// Empty when the mesh can run the model on this hardware; otherwise why not: first what the
+// engine itself refuses (model::mesh_problem: heads or MLP not divisible, more stages than
+// layers, ...), then the hardware (Ulysses and TP group not dividing a node).
 std::string mesh_problem(const model::ModelConfig& cfg, const HardwareProfile& hw, const Mesh& mesh);
 
 // Predicts one prefill of `tokens` tokens. Throws slope::Error if mesh_problem() is non-empty,

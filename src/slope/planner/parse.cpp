@@ -77,10 +77,10 @@ Mesh parse_mesh(const std::string& text, int64_t tokens) {
   SLOPE_CHECK(ranks <= kMaxMeshRanks, "--mesh '", text, "' has ", ranks, " ranks; the planner models at most ",
               kMaxMeshRanks, " ranks per instance");
   Mesh m;
-  m.U = int(v[0]), m.R = int(v[1]), m.P = int(v[2]), m.TP = int(v[3]);
+  m.ulysses = int(v[0]), m.ring = int(v[1]), m.pp = int(v[2]), m.tp = int(v[3]);
   const int64_t chunk = v.size() == 5 ? v[4] : -1;
   SLOPE_CHECK(chunk >= -1, "--mesh '", text, "': chunk must be 0 (whole prompt), positive, or -1 (engine default)");
-  m.chunk = chunk < 0 ? default_pipeline_chunk(m.P, tokens) : chunk;
+  m.pp_chunk = chunk < 0 ? default_pipeline_chunk(m.pp, tokens) : chunk;
   return m;
 }
 

@@ -29,9 +29,9 @@ std::vector<int> divisors(int n) {
 // tokens, so that per-rank GEMMs stay reasonably shaped.
 std::vector<int64_t> chunk_candidates(int64_t tokens, const Mesh& m) {
   std::vector<int64_t> out{0};
-  if (m.P == 1) return out;
-  const int64_t align = int64_t(m.R) * m.U * 2;  // zigzag: 2R pieces, each split over U
-  for (int64_t c = m.P; c <= 8LL * m.P && c <= 64; c *= 2) {
+  if (m.pp == 1) return out;
+  const int64_t align = int64_t(m.ring) * m.ulysses * 2;  // zigzag: 2R pieces, each split over U
+  for (int64_t c = m.pp; c <= 8LL * m.pp && c <= 64; c *= 2) {
     int64_t size = (tokens + c - 1) / c;
     size = (size + align - 1) / align * align;
     if (size < tokens && size >= std::max<int64_t>(1024, align * 8)) out.push_back(size);
@@ -55,7 +55,7 @@ Deployment evaluate(const ModelConfig& cfg, const HardwareProfile& hw, int insta
   d.instances = instances;
   d.mesh = m;
   d.pred = predict(cfg, hw, m, tokens, opt.cost);
-  d.mesh.chunk = d.pred.chunks > 1 ? m.chunk : 0;
+  d.mesh.pp_chunk = d.pred.chunks > 1 ? m.pp_chunk : 0;
   d.pred.mesh = d.mesh;
   d.meets_slo = d.pred.fits && d.pred.ttft_s <= opt.ttft_slo_s;
   if (d.meets_slo)
@@ -76,8 +76,8 @@ nlohmann::json deployment_json(const Deployment& d, double slo_quantile) {
   nlohmann::json j;
   j["name"] = d.name();
   j["instances"] = d.instances;
-  j["mesh"] = {{"U", d.mesh.U}, {"R", d.mesh.R}, {"P", d.mesh.P}, {"TP", d.mesh.TP}, {"chunk", d.mesh.chunk},
-               {"ranks", d.mesh.ranks()}};
+  j["mesh"] = {{"U", d.mesh.ulysses}, {"R", d.mesh.ring}, {"P", d.mesh.pp}, {"TP", d.mesh.tp}, {"chunk", d.mesh.pp_chunk},
+               {"ranks", d.mesh.size()}};
   j["ttft_s"] = p.ttft_s;
   j["service_s"] = p.service_s;
   j["meets_slo"] = d.meets_slo;
@@ -105,7 +105,7 @@ nlohmann::json deployment_json(const Deployment& d, double slo_quantile) {
 
 }  // namespace
 
-std::string Deployment::name() const { return std::to_string(instances) + "x " + mesh.str(); }
+std::string Deployment::name() const { return std::to_string(instances) + "x " + mesh_name(mesh); }
 
 std::vector<Deployment> enumerate_deployments(const ModelConfig& cfg, const HardwareProfile& hw, const Cluster& cl,
                                               int64_t tokens, const PlanOptions& opt) {
@@ -119,11 +119,11 @@ std::vector<Deployment> enumerate_deployments(const ModelConfig& cfg, const Hard
       for (int u : divisors(D / tp)) {
         if (s % (u * tp) != 0) continue;
         for (int p : divisors(s / (u * tp))) {
-          Mesh m{u, s / (u * tp * p), p, tp, 0};
+          Mesh m{p, s / (u * tp * p), u, tp, 0};
           if (!mesh_problem(cfg, hw, m).empty()) continue;
           std::optional<Deployment> best;
           for (int64_t c : chunk_candidates(tokens, m)) {
-            m.chunk = c;
+            m.pp_chunk = c;
             Deployment d = evaluate(cfg, hw, instances, m, tokens, opt);
             if (!best || (d.pred.fits && !best->pred.fits) || (d.pred.fits == best->pred.fits && better(d, *best)))
               best = d;

@@ -91,6 +91,9 @@ TEST(MpiSingleton, WaitTimesOutWithAMessageInsteadOfHanging) {
 TEST(MpiSingleton, MeshOfOneMatchesLocalAttention) {
   auto world = runtime().world();
   Mesh mesh(*world, {});
+  // A context-parallel mesh is ring x ulysses only: stages and tensor groups are built around it.
+  EXPECT_THROW(Mesh(*world, {.tp = 2}), Error);
+  EXPECT_THROW(Mesh(*world, {.pp = 2}), Error);
   EXPECT_EQ(mesh.ring_rank(), 0);
   EXPECT_EQ(mesh.ulysses_rank(), 0);
   ContextParallelAttention cp(mesh);

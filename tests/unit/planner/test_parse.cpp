@@ -48,18 +48,18 @@ TEST(ParseContexts, Errors) {
 
 TEST(ParseMesh, Values) {
   const Mesh m = parse_mesh("2,4,1,8", 4096);
-  EXPECT_EQ(m.U, 2);
-  EXPECT_EQ(m.R, 4);
-  EXPECT_EQ(m.P, 1);
-  EXPECT_EQ(m.TP, 8);
-  EXPECT_EQ(m.chunk, 0);
-  EXPECT_EQ(parse_mesh("1,1,2,1", 4096).chunk, 512);  // the engine's default, max(256, N/(4P))
-  EXPECT_EQ(parse_mesh("1,1,2,1,-1", 4096).chunk, 512);
-  EXPECT_EQ(parse_mesh("1,1,2,1,0", 4096).chunk, 0);
-  EXPECT_EQ(parse_mesh("1, 1, 2, 1, 2048", 4096).chunk, 2048);
-  EXPECT_EQ(parse_mesh("16,16,16,16", 1).ranks(), kMaxMeshRanks);
+  EXPECT_EQ(m.ulysses, 2);
+  EXPECT_EQ(m.ring, 4);
+  EXPECT_EQ(m.pp, 1);
+  EXPECT_EQ(m.tp, 8);
+  EXPECT_EQ(m.pp_chunk, 0);
+  EXPECT_EQ(parse_mesh("1,1,2,1", 4096).pp_chunk, 512);  // the engine's default, max(256, N/(4P))
+  EXPECT_EQ(parse_mesh("1,1,2,1,-1", 4096).pp_chunk, 512);
+  EXPECT_EQ(parse_mesh("1,1,2,1,0", 4096).pp_chunk, 0);
+  EXPECT_EQ(parse_mesh("1, 1, 2, 1, 2048", 4096).pp_chunk, 2048);
+  EXPECT_EQ(parse_mesh("16,16,16,16", 1).size(), kMaxMeshRanks);
   // A chunk beyond any prompt is one chunk of the whole prompt; the value saturates, never wraps.
-  EXPECT_GT(parse_mesh("1,1,2,1,99999999999999999999999", 1).chunk, kMaxContextTokens);
+  EXPECT_GT(parse_mesh("1,1,2,1,99999999999999999999999", 1).pp_chunk, kMaxContextTokens);
 }
 
 TEST(ParseMesh, Errors) {
@@ -74,24 +74,24 @@ TEST(PredictLimits, RefusesWhatItDoesNotModel) {
   const model::ModelConfig cfg = testing::gpt_oss_120b();
   const HardwareProfile hw = testing::round_profile();
   Mesh m;
-  m.R = 8;
+  m.ring = 8;
   // INT64_MAX tokens used to overflow the chunk count to 0 and read before the flow shop's
   // vector (SIGSEGV).
   for (int64_t n : {int64_t{0}, kMaxContextTokens + 1, INT64_MAX})
     EXPECT_NE(error_of([&] { predict(cfg, hw, m, n); }).find("prompt length"), std::string::npos) << n;
   Mesh p2;
-  p2.P = 2;
-  p2.chunk = 1;
+  p2.pp = 2;
+  p2.pp_chunk = 1;
   EXPECT_NE(error_of([&] { predict(cfg, hw, p2, 1 << 20); }).find("use a chunk of at least 16"), std::string::npos);
   Mesh huge;
-  huge.R = 8192;
+  huge.ring = 8192;
   EXPECT_NE(mesh_problem(cfg, hw, huge).find("not modelled"), std::string::npos);
 }
 
 TEST(PredictLimits, LargestLengthPredicts) {
   const model::ModelConfig cfg = testing::gpt_oss_120b();
   const HardwareProfile hw = testing::round_profile();
-  for (const Mesh m : {Mesh{1, 1, 1, 1, 0}, Mesh{1, 8, 1, 1, 0}, Mesh{1, 1, 2, 1, default_pipeline_chunk(2, kMaxContextTokens)}}) {
+  for (const Mesh m : {Mesh{.pp_chunk = 0}, Mesh{.ring = 8, .pp_chunk = 0}, Mesh{.pp = 2, .pp_chunk = default_pipeline_chunk(2, kMaxContextTokens)}}) {
     const Prediction p = predict(cfg, hw, m, kMaxContextTokens);
     EXPECT_TRUE(std::isfinite(p.ttft_s) && p.ttft_s > 0) << m.str() << ": " << p.ttft_s;
     EXPECT_TRUE(std::isfinite(p.memory.total()) && p.memory.total() > 0) << m.str();

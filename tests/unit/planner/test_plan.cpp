@@ -70,7 +70,7 @@ TEST(Plan, DeploymentsThatDoNotFitAreNeverChosen) {
   for (const auto& d : cp.feasible) {
     EXPECT_TRUE(d.pred.fits);
     EXPECT_LE(d.pred.memory.total(), d.pred.memory_capacity);
-    EXPECT_FALSE(d.mesh.P == 1 && d.mesh.TP == 1) << d.name();
+    EXPECT_FALSE(d.mesh.pp == 1 && d.mesh.tp == 1) << d.name();
   }
   // Every deployment the enumeration marks as not fitting really exceeds the capacity.
   for (const auto& d : enumerate_deployments(cfg, hw, Cluster{1, 8}, 32768, options({32768}, 100.0)))
