@@ -1,5 +1,7 @@
 #include "slope/model/parallel_shape.h"
 
+#include <algorithm>
+
 #include "slope/core/error.h"
 #include "slope/model/layers.h"
 
@@ -43,5 +45,29 @@ std::string mesh_problem(const MeshShape& s, const ModelConfig& cfg) {
   }
   return "";
 }
+
+// Layout arithmetic of a tensor-parallel rank (declared with the layer in layers.h).
+TensorSlice TensorSlice::of(const ModelConfig& c, int rank, int size) {
+  SLOPE_CHECK(size >= 1 && rank >= 0 && rank < size, "bad tensor-parallel rank ", rank, " of ", size);
+  SLOPE_CHECK(c.num_heads % size == 0, "--tp ", size, " must divide the ", c.num_heads,
+              " attention heads");
+  SLOPE_CHECK(c.num_kv_heads % size == 0 || size % c.num_kv_heads == 0, "--tp ", size,
+              " and the ", c.num_kv_heads, " KV heads must divide one another (so each rank's "
+              "query heads read whole KV heads)");
+  SLOPE_CHECK(c.intermediate_size % size == 0, "--tp ", size, " must divide the intermediate size ",
+              c.intermediate_size);
+  TensorSlice s;
+  s.rank = rank;
+  s.size = size;
+  s.q_heads = c.num_heads / size;
+  s.q_head0 = rank * s.q_heads;
+  const int64_t group = c.num_heads / c.num_kv_heads;  // query heads per KV head
+  s.kv_head0 = s.q_head0 / group;
+  s.kv_heads = std::max<int64_t>(1, s.q_heads / group);
+  s.inter = c.intermediate_size / size;
+  s.inter0 = rank * s.inter;
+  return s;
+}
+
 
 }  // namespace slope::model
