@@ -6,10 +6,12 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iomanip>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
@@ -28,6 +30,7 @@
 #include "slope/parallel/mesh.h"
 #include "slope/parallel/mpi_comm.h"
 #include "slope/parallel/shard.h"
+#include "slope/text/tokenizer.h"
 
 namespace slope::cli {
 namespace {
@@ -35,6 +38,9 @@ namespace {
 struct RunArgs {
   std::string model_dir;
   std::vector<std::string> tokens_files;
+  std::string prompt;       // --prompt TEXT
+  std::string prompt_file;  // --prompt-file F
+  bool prompt_given = false;  // --prompt, even an empty one
   int64_t random_tokens = 0;
   int batch = 1;
   uint64_t seed = 0;
@@ -180,7 +186,55 @@ struct RunPlan {
   int64_t n = 0;  // tokens of the first prompt (balancing, default chunk)
   int64_t pp_chunk = 0;
   engine::MemoryQuery mq;
+  std::unique_ptr<text::Tokenizer> tokenizer;  // MODEL_DIR/tokenizer.json, when there is one
 };
+
+// MODEL_DIR/tokenizer.json. A text prompt needs it; for token ids it only names the first
+// token, so there a missing file is no tokenizer and one that does not load is a warning.
+std::unique_ptr<text::Tokenizer> load_tokenizer(const RunArgs& a, bool text_prompt, int rank) {
+  const std::string path = (std::filesystem::path(a.model_dir) / "tokenizer.json").string();
+  if (text_prompt) {
+    SLOPE_CHECK(std::filesystem::exists(path), a.prompt_given ? "--prompt" : "--prompt-file",
+                " needs the model's tokenizer, and ", path, " does not exist; add the model's tokenizer.json ",
+                "there, or give token ids with --tokens FILE");
+    return std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(path));
+  }
+  if (!std::filesystem::exists(path)) return nullptr;
+  try {
+    return std::make_unique<text::Tokenizer>(text::Tokenizer::from_file(path));
+  } catch (const Error& e) {
+    if (rank == 0) std::cerr << "slope run: warning: " << e.what() << "; the first token is shown as an id only\n";
+    return nullptr;
+  }
+}
+
+// The prompt of --prompt or --prompt-file as the tokenizer encodes it, BOS included.
+std::vector<int32_t> encode_prompt(const RunArgs& a, const text::Tokenizer& tok, const model::ModelConfig& cfg) {
+  const std::string flag = a.prompt_given ? "--prompt" : "--prompt-file";
+  const std::string text = a.prompt_given ? a.prompt : read_regular_file(a.prompt_file, "--prompt-file");
+  std::vector<int32_t> ids;
+  try {
+    ids = tok.encode(text, true);
+  } catch (const Error& e) {
+    fail(flag, ": ", e.what());
+  }
+  SLOPE_CHECK(!ids.empty(), flag, " gives no tokens (the text is empty and the tokenizer adds no BOS); give some text");
+  for (size_t i = 0; i < ids.size(); ++i)
+    SLOPE_CHECK(ids[i] < cfg.vocab_size, flag, ": the tokenizer gives id ", ids[i], " at position ", i,
+                ", outside the model's vocabulary [0, ", cfg.vocab_size, "); ", a.model_dir,
+                "/tokenizer.json does not belong to this model");
+  return ids;
+}
+
+// The text of the first token, or nothing without a tokenizer or for an id it does not know.
+std::optional<std::string> token_text(const text::Tokenizer* tok, int32_t id) {
+  if (tok == nullptr || id < 0 || id >= tok->vocab_size()) return std::nullopt;
+  try {
+    return tok->decode({id}, false);
+  } catch (const Error&) {
+    return std::nullopt;  // a gap in the tokenizer's ids
+  }
+}
 
 RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   RunPlan p;
@@ -191,24 +245,27 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   SLOPE_CHECK(a.pp_chunk >= -1 && (a.pp_chunk != -1 || !a.pp_chunk_given), "--pp-chunk must be a positive number of ",
               "tokens, or 0 for whole prompts; got ", a.pp_chunk, " (leave it out for the engine's default)");
   SLOPE_CHECK(a.max_memory >= 0, "--max-memory must be a positive number of bytes (0: no limit); got ", a.max_memory);
-  SLOPE_CHECK(a.tokens_files.empty() ? a.random_tokens > 0 : true, "--random-tokens must be positive, got ",
-              a.random_tokens);
+  const bool text_prompt = a.prompt_given || !a.prompt_file.empty();
+  const bool random = a.tokens_files.empty() && !text_prompt;
+  SLOPE_CHECK(!random || a.random_tokens > 0, "--random-tokens must be positive, got ", a.random_tokens);
   SLOPE_CHECK(a.batch >= 1, "--batch must be at least 1");
   SLOPE_CHECK(a.kv_dtype == "f32" || a.kv_dtype == "bf16", "--kv-dtype must be f32 or bf16");
-  SLOPE_CHECK(!a.tokens_files.empty() || a.random_tokens != 0,
-              "give the prompt with --tokens FILE or --random-tokens N");
-  SLOPE_CHECK(a.tokens_files.empty() || a.batch == 1,
+  SLOPE_CHECK(!random || a.random_tokens != 0,
+              "give the prompt with --tokens FILE, --prompt TEXT, --prompt-file F or --random-tokens N");
+  SLOPE_CHECK(random || a.batch == 1,
               "--batch goes with --random-tokens; give several prompts as several --tokens FILE");
   p.compute = parse_compute_dtype(a.dtype);
 
   p.cfg = model::load_config(a.model_dir);
   SLOPE_CHECK(a.top_k <= p.cfg.vocab_size, "--top-k ", a.top_k, " exceeds the vocabulary (", p.cfg.vocab_size, " tokens)");
   // Before any random ids are drawn: a too-long prompt costs nothing to refuse.
-  SLOPE_CHECK(!a.tokens_files.empty() || a.random_tokens <= p.cfg.max_position_embeddings, "--random-tokens ",
+  SLOPE_CHECK(!random || a.random_tokens <= p.cfg.max_position_embeddings, "--random-tokens ",
               a.random_tokens, " is more than the model's max_position_embeddings (", p.cfg.max_position_embeddings,
               "); shorten it");
+  p.tokenizer = load_tokenizer(a, text_prompt, rank);
+  if (text_prompt) p.prompts.push_back(encode_prompt(a, *p.tokenizer, p.cfg));
   for (const std::string& f : a.tokens_files) p.prompts.push_back(read_token_file(f));
-  for (int b = 0; a.tokens_files.empty() && b < a.batch; ++b)
+  for (int b = 0; random && b < a.batch; ++b)
     p.prompts.push_back(random_tokens(a.random_tokens, p.cfg.vocab_size, a.seed + uint64_t(b)));
   int64_t n_max = 0;
   for (const auto& t : p.prompts) {
@@ -363,6 +420,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     nlohmann::json j;
     if (results.size() == 1) {
       j["first_token"] = r.first_token;
+      if (auto t = token_text(plan.tokenizer.get(), r.first_token)) j["first_token_text"] = *t;
       j["top_logprobs"] = logprobs_json(r);
     }
     j["prompts"] = nlohmann::json::array();
@@ -405,8 +463,11 @@ int run(const RunArgs& a, parallel::Communicator& world) {
       std::cout << std::setprecision(6) << "\n";
     };
     if (results.size() == 1) {
+      const std::optional<std::string> t = token_text(plan.tokenizer.get(), r.first_token);
+      const std::string first_text =
+          t ? str_cat(" (", nlohmann::json(*t).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace), ")") : "";
       std::cout << "tokens       " << n << "\n"
-                << "first token  " << r.first_token << "\n"
+                << "first token  " << r.first_token << first_text << "\n"
                 << "top logprobs";
       print_logprobs(r);
     } else {
@@ -457,7 +518,11 @@ int cmd_run(int argc, char** argv) {
                              "file of token ids (whitespace/comma separated); repeat for several prompts")
                  ->default_str("");
   auto* rnd = app.add_option("--random-tokens", a.random_tokens, "use N random token ids instead");
+  auto* prompt = app.add_option("--prompt", a.prompt, "the prompt as text, encoded with MODEL_DIR/tokenizer.json (BOS added)");
+  auto* prompt_file = app.add_option("--prompt-file", a.prompt_file, "the prompt as text, the whole file F (UTF-8) as it is");
   tok->excludes(rnd);
+  prompt->excludes(tok)->excludes(rnd)->excludes(prompt_file);
+  prompt_file->excludes(tok)->excludes(rnd);
   app.add_option("--seed", a.seed, "seed for --random-tokens");
   app.add_option("--batch", a.batch, "with --random-tokens: this many prompts (pipelined as micro-batches)");
   app.add_option("--dtype", a.dtype, "compute type: bf16 (bf16 weights and activations, f32 accumulation) or f32");
@@ -486,6 +551,7 @@ int cmd_run(int argc, char** argv) {
   parallel::MpiRuntime mpi(&argc, &argv);
   if (const int code = parse_args(app, argc, argv, "run", mpi.world_rank() == 0); code >= 0) return code;
   a.pp_chunk_given = pp_chunk->count() > 0;
+  a.prompt_given = prompt->count() > 0;
   if (!(a.timeout > 0)) {  // before any communication, which the timeout governs; every rank stops here
     if (mpi.world_rank() == 0)
       std::cerr << "slope run: error: --timeout must be a positive number of seconds, got " << a.timeout << "\n";

@@ -13,6 +13,7 @@
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
+#include "slope/text/chat.h"
 #include "slope/text/tokenizer.h"
 
 namespace slope::cli {
@@ -52,6 +53,8 @@ void print_ids(const std::vector<int32_t>& ids) {
 int cmd_tokenize(int argc, char** argv) {
   std::string model;
   bool decode = false, lines = false, no_special = false, skip_special = false;
+  std::string chat, date;
+  bool render = false, no_generation_prompt = false;
   CLI::App app{"Encode text (stdin) to token ids with a Hugging Face tokenizer.json, or --decode ids to text",
                "slope tokenize"};
   setup_app(app);
@@ -62,11 +65,28 @@ int cmd_tokenize(int argc, char** argv) {
                "line's text as a JSON string on its own line");
   app.add_flag("--no-special", no_special, "encode without the post-processor's special tokens (BOS)");
   app.add_flag("--skip-special", skip_special, "decode without special tokens");
+  auto* chat_opt = app.add_option("--chat", chat,
+                                  "stdin is a JSON array of {role, content} messages, rendered in chat FORMAT "
+                                  "(harmony, llama3 or chatml) and encoded without the post-processor (the text "
+                                  "carries its own BOS)");
+  app.add_flag("--render", render, "with --chat: print the rendered prompt text instead of its ids")->needs(chat_opt);
+  app.add_option("--date", date, "with --chat harmony: the system message's \"Current date: \" (YYYY-MM-DD)")->needs(chat_opt);
+  app.add_flag("--no-generation-prompt", no_generation_prompt, "with --chat: end after the last message")->needs(chat_opt);
+  chat_opt->excludes(app.get_option("--decode"))->excludes(app.get_option("--lines"))->excludes(app.get_option("--no-special"));
   if (const int code = parse_args(app, argc, argv, "tokenize"); code >= 0) return code;
   const std::string path = std::filesystem::is_directory(model) ? (std::filesystem::path(model) / "tokenizer.json").string() : model;
   const text::Tokenizer tok = text::Tokenizer::from_file(path);
   std::ios::sync_with_stdio(false);
   const std::string input{std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>()};
+  if (!chat.empty()) {
+    text::ChatOptions o;
+    o.add_generation_prompt = !no_generation_prompt;
+    o.date = date;
+    const std::string prompt = text::render_chat(text::parse_chat_format(chat), text::parse_chat_messages(input), o);
+    if (render) std::cout << prompt;
+    else print_ids(tok.encode(prompt, false));
+    return 0;
+  }
   if (!lines) {
     if (decode) std::cout << tok.decode(parse_ids(input, 1), skip_special);
     else print_ids(tok.encode(input, !no_special));

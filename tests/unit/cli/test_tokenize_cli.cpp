@@ -62,4 +62,25 @@ TEST(CliTokenize, BadInputSaysWhatToFix) {
   EXPECT_NE(r.out.find("input line 2: input text is not valid UTF-8: byte 3"), std::string::npos) << r.out;
 }
 
+// --chat: the rendered text (--render), and ids that are the text's encoding without BOS (the
+// text carries its own); bad messages say what is wrong.
+TEST(CliTokenize, Chat) {
+  const std::string messages = "[{\"role\": \"user\", \"content\": \"Hello world\"}]";
+  auto text = tokenize(kModel + " --chat llama3 --render", messages, false);
+  ASSERT_EQ(text.code, 0) << text.out;
+  EXPECT_EQ(text.out,
+            "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHello world<|eot_id|>"
+            "<|start_header_id|>assistant<|end_header_id|>\n\n");
+  auto ids = tokenize(kModel + " --chat llama3", messages, false);
+  ASSERT_EQ(ids.code, 0) << ids.out;
+  EXPECT_EQ(ids.out, tokenize(kModel + " --no-special", text.out, false).out);
+  EXPECT_EQ(ids.out.rfind("6000 ", 0), 0u) << ids.out;  // one BOS, from the template
+  auto r = tokenize(kModel + " --chat llama3", "[{\"role\": \"tool\", \"content\": \"x\"}]");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("role 'tool' is not supported"), std::string::npos) << r.out;
+  r = tokenize(kModel + " --chat jinja", messages);
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("unknown chat format 'jinja'"), std::string::npos) << r.out;
+}
+
 }  // namespace
