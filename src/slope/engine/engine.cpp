@@ -39,14 +39,15 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
     validate_shape(config.mesh, world.size(), cfg, balance);
     stage_bounds_ = balance_stages(cfg, config.mesh.pp, balance);
     // This rank's place (Topology's rank order): stage outermost, tensor rank innermost.
-    const int S = config.mesh.stage_size(), stage = world.rank() / S;
+    const RankPlace place = place_of(world.rank(), config.mesh);  // as Topology will place it
+    const int stage = place.stage;
     model::LoadOptions lo;
     lo.compute = config.compute;
     lo.first_layer = stage_bounds_[stage];
     lo.last_layer = stage_bounds_[stage + 1];
     lo.load_embedding = stage == 0;
     lo.load_head = stage == config.mesh.pp - 1;
-    lo.tp_rank = world.rank() % S % config.mesh.tp;
+    lo.tp_rank = place.tp_rank;
     lo.tp_size = config.mesh.tp;
     lo.on_layer_loaded = config.on_layer_loaded;
     lo.check_weights = config.check_weights;
@@ -59,9 +60,6 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
   if (config.threads > 0) set_num_threads(config.threads);
   world_.set_timeout(config.timeout_s);
   topo_ = std::make_unique<Topology>(world, config.mesh);
-  SLOPE_CHECK(topo_->stage() == world.rank() / config.mesh.stage_size() &&
-                  topo_->tp_rank() == int(model_->slice().rank),
-              "internal: the topology disagrees with the rank order the weights were loaded for");
   if (topo_->cp_mesh()) {
     auto r = std::make_unique<parallel::ContextParallelAttention>(*topo_->cp_mesh());
     cp_ = r.get();
@@ -88,14 +86,17 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   q.shape = config_.mesh;
   q.num_tokens = n_max;
   q.batch = int(r.prompts.size());
-  q.pp_chunk = r.pp_chunk >= 0 ? r.pp_chunk
-               : config_.mesh.pipeline_chunk(int64_t(r.prompts[0].size()));
+  q.pp_chunk = pipeline_chunk(r);
   q.gemm_chunk = config_.gemm_chunk;
   q.bf16 = config_.compute == kernels::ComputeType::BF16;
   int64_t worst = 0;
   for (const RankMemory& m : estimate_memory(cfg, q)) worst = std::max(worst, m.total());
   SLOPE_CHECK(worst <= config_.max_memory, "this request needs ", gb(worst), " on the mesh's largest rank, more than ",
               "the limit of ", gb(config_.max_memory), "; send a shorter prompt or fewer prompts at once");
+}
+
+int64_t PrefillEngine::pipeline_chunk(const PrefillRequest& r) const {
+  return r.pp_chunk >= 0 ? r.pp_chunk : config_.mesh.pipeline_chunk(int64_t(r.prompts[0].size()));
 }
 
 PrefillOutput PrefillEngine::prefill(const PrefillRequest& request) {
@@ -115,8 +116,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   const model::ModelConfig& cfg = model_->config();
   const std::vector<std::vector<int32_t>>& prompts = request.prompts;
   PrefillOutput out;
-  out.pp_chunk = request.pp_chunk >= 0 ? request.pp_chunk
-                 : config_.mesh.pipeline_chunk(int64_t(prompts[0].size()));
+  out.pp_chunk = pipeline_chunk(request);
   PrefillOptions po;
   po.chunk_tokens = config_.gemm_chunk;
   po.top_k = request.top_k;

@@ -101,6 +101,8 @@ class PrefillEngine {
 
  private:
   PrefillOutput run(const PrefillRequest& request);
+  // The request's tokens per pipeline chunk: its own, else the mesh's (default per length).
+  int64_t pipeline_chunk(const PrefillRequest& request) const;
   void ship(const PrefillRequest* request);  // rank 0; nullptr: shutdown
 
   EngineConfig config_;

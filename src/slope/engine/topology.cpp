@@ -53,15 +53,24 @@ void validate_shape(const ParallelShape& s, int world_size, const model::ModelCo
          "from one process), or with ", ranks(world_size), " use one of:", alternatives());
 }
 
+RankPlace place_of(int rank, const ParallelShape& shape) {
+  RankPlace p;
+  p.stage = rank / shape.stage_size();
+  p.local = rank % shape.stage_size();
+  p.cp_rank = p.local / shape.tp;
+  p.tp_rank = p.local % shape.tp;
+  return p;
+}
+
 Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
     : world_(world), shape_(shape) {
   SLOPE_CHECK(world.size() == shape.size(), shape.str(), " needs ", shape.size(), " ranks, got ", world.size());
-  const int S = shape.stage_size();
-  stage_ = world.rank() / S;
-  local_ = world.rank() % S;
+  const RankPlace place = place_of(world.rank(), shape);
+  stage_ = place.stage;
+  local_ = place.local;
+  tp_rank_ = place.tp_rank;
   stage_comm_ = world.split(stage_, local_, "stage");
-  const int T = shape.tp, cp_rank = local_ / T;
-  tp_rank_ = local_ % T;
+  const int T = shape.tp, cp_rank = place.cp_rank;
   if (T > 1) tp_comm_ = stage_comm_->split(cp_rank, tp_rank_, "tensor");
   if (context_parallel()) {
     parallel::Communicator* cp = stage_comm_.get();
@@ -111,7 +120,7 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
     RankMemory m;
     m.rank = rank;
     m.stage = rank / s.stage_size();
-    const int local = rank % s.stage_size() % s.tp;  // tensor rank
+    const int local = place_of(rank, s).tp_rank;
     m.first_layer = bounds[m.stage];
     m.last_layer = bounds[m.stage + 1];
     const model::TensorSlice sl = s.tp > 1 ? model::TensorSlice::of(c, local, s.tp) : model::TensorSlice::whole(c);

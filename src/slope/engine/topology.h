@@ -34,6 +34,16 @@ void validate_shape(const ParallelShape& shape, int world_size, const model::Mod
 std::vector<ParallelShape> all_shapes(int world_size, const model::ModelConfig& cfg,
                                       int64_t num_tokens);
 
+// Where world rank `rank` sits in `shape` (the rank order below), computed without
+// communication: what a rank needs to load its weights before the mesh is built.
+struct RankPlace {
+  int stage = 0;    // pipeline stage
+  int local = 0;    // rank inside the stage
+  int cp_rank = 0;  // context-parallel rank inside the stage
+  int tp_rank = 0;  // rank inside the tensor group
+};
+RankPlace place_of(int rank, const ParallelShape& shape);
+
 // This rank's place in the mesh, with the communicators it needs. Collective constructor.
 class Topology {
  public:

@@ -15,6 +15,7 @@
 #include "slope/engine/kv_export.h"
 #include "slope/model/config.h"
 #include "slope/model/safetensors.h"
+#include "../error_of.h"
 
 namespace fs = std::filesystem;
 using namespace slope;
@@ -23,18 +24,7 @@ namespace {
 
 const fs::path kModel = fs::path(SLOPE_REFERENCE_DIR) / "fixtures" / "gpt_oss" / "model";
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a slope::Error";
-  return "";
-}
-
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
+using slope::testing::error_of;
 
 class KvExportTest : public ::testing::Test {
  protected:

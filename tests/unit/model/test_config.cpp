@@ -16,6 +16,7 @@
 
 #include "slope/core/error.h"
 #include "slope/model/config.h"
+#include "../error_of.h"
 
 using namespace slope;
 using namespace slope::model;
@@ -25,18 +26,7 @@ namespace {
 
 std::string configs_dir() { return (fs::path(SLOPE_REFERENCE_DIR) / ".." / ".." / "configs").string(); }
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a slope::Error";
-  return "";
-}
-
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
+using slope::testing::error_of;
 
 // A minimal valid Llama config; tests edit one field at a time.
 std::string llama_json(const std::string& extra = "") {

@@ -19,6 +19,7 @@
 #include "slope/model/config.h"
 #include "slope/model/make_model.h"
 #include "slope/model/safetensors.h"
+#include "../error_of.h"
 
 using namespace slope;
 using namespace slope::model;
@@ -40,17 +41,7 @@ class MakeModelTest : public ::testing::Test {
   fs::path dir_;
 };
 
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a slope::Error";
-  return "";
-}
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
+using slope::testing::error_of;
 
 std::string read_file(const std::string& p) {
   std::ifstream in(p, std::ios::binary);

@@ -19,6 +19,7 @@
 
 #include "slope/core/error.h"
 #include "slope/model/safetensors.h"
+#include "../error_of.h"
 
 namespace fs = std::filesystem;
 using namespace slope;
@@ -57,19 +58,7 @@ class SafetensorsTest : public ::testing::Test {
   fs::path dir_;
 };
 
-// The message of the slope::Error that f throws ("" and a test failure if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a slope::Error";
-  return "";
-}
-
-#define EXPECT_HAS(msg, part) EXPECT_NE((msg).find(part), std::string::npos) << "message: " << (msg)
+using slope::testing::error_of;
 
 Tensor iota_tensor(Shape shape, DType dt) {
   Tensor t(std::move(shape), dt);

@@ -11,20 +11,12 @@
 #include "planner_fixtures.h"
 #include "slope/core/error.h"
 #include "slope/planner/parse.h"
+#include "../error_of.h"
 
 namespace slope::planner {
 namespace {
 
-// The message of the slope::Error that f throws ("" if none).
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using slope::testing::error_of;
 
 TEST(ParseContexts, Values) {
   EXPECT_EQ(parse_contexts("32k, 1M,100000 ,7"), (std::vector<int64_t>{32768, 1 << 20, 100000, 7}));
