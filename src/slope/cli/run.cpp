@@ -26,6 +26,7 @@
 #include "slope/engine/topology.h"
 #include "slope/model/model.h"
 #include "slope/model/parallel_shape.h"
+#include "slope/model/token_file.h"
 #include "slope/parallel/cp_attention.h"
 #include "slope/parallel/mesh.h"
 #include "slope/parallel/mpi_comm.h"
@@ -264,7 +265,7 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
               "); shorten it");
   p.tokenizer = load_tokenizer(a, text_prompt, rank);
   if (text_prompt) p.prompts.push_back(encode_prompt(a, *p.tokenizer, p.cfg));
-  for (const std::string& f : a.tokens_files) p.prompts.push_back(read_token_file(f));
+  for (const std::string& f : a.tokens_files) p.prompts.push_back(model::read_token_file(f));
   for (int b = 0; random && b < a.batch; ++b)
     p.prompts.push_back(random_tokens(a.random_tokens, p.cfg.vocab_size, a.seed + uint64_t(b)));
   int64_t n_max = 0;

@@ -3,11 +3,8 @@
 #include <random>
 
 #include "slope/core/error.h"
-#include "slope/model/token_file.h"
 
 namespace slope::cli {
-
-std::vector<int32_t> read_token_file(const std::string& path) { return model::read_token_file(path); }
 
 std::vector<int32_t> random_tokens(int64_t n, int64_t vocab, uint64_t seed) {
   SLOPE_CHECK(n > 0, "--random-tokens must be positive, got ", n);
