@@ -59,7 +59,7 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
   if (agreed.failed()) throw Error(agreed.message);
   if (config.threads > 0) set_num_threads(config.threads);
   world_.set_timeout(config.timeout_s);
-  topo_ = std::make_unique<Topology>(world, config.mesh);
+  topo_ = std::make_unique<Topology>(world, config.mesh, config.data_plane);
   if (topo_->cp_mesh()) {
     auto r = std::make_unique<parallel::ContextParallelAttention>(*topo_->cp_mesh());
     cp_ = r.get();

@@ -18,14 +18,15 @@
 
 #include "slope/engine/prefill.h"
 #include "slope/parallel/comm.h"
+#include "slope/parallel/data_plane.h"
 
 namespace slope::engine {
 
 struct StagePlan {
   int stage = 0;
   int num_stages = 1;
-  // Neighbours on the pipeline communicator (-1 at the ends).
-  parallel::Communicator* pipe = nullptr;
+  // Neighbours on the pipeline's data plane (-1 at the ends): activations move over it.
+  parallel::DataPlane* pipe = nullptr;
   int prev_rank = -1;
   int next_rank = -1;
   // This rank's rows of a chunk [start, start + length) of a prompt of total_tokens tokens.

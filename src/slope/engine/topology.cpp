@@ -62,8 +62,10 @@ RankPlace place_of(int rank, const ParallelShape& shape) {
   return p;
 }
 
-Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
+Topology::Topology(parallel::Communicator& world, const ParallelShape& shape,
+                   const parallel::DataPlaneFactory& data_plane)
     : world_(world), shape_(shape) {
+  const parallel::DataPlaneFactory make = data_plane ? data_plane : parallel::host_data_plane();
   SLOPE_CHECK(world.size() == shape.size(), shape.str(), " needs ", shape.size(), " ranks, got ", world.size());
   const RankPlace place = place_of(world.rank(), shape);
   stage_ = place.stage;
@@ -71,14 +73,19 @@ Topology::Topology(parallel::Communicator& world, const ParallelShape& shape)
   tp_rank_ = place.tp_rank;
   stage_comm_ = world.split(stage_, local_, "stage");
   const int T = shape.tp, cp_rank = place.cp_rank;
-  if (T > 1) tp_comm_ = stage_comm_->split(cp_rank, tp_rank_, "tensor");
+  world_data_ = make(world);
+  if (T > 1) {
+    tp_comm_ = stage_comm_->split(cp_rank, tp_rank_, "tensor");
+    tp_data_ = make(*tp_comm_);
+  }
   if (context_parallel()) {
     parallel::Communicator* cp = stage_comm_.get();
     if (T > 1) {
       cp_comm_ = stage_comm_->split(tp_rank_, cp_rank, "context");
       cp = cp_comm_.get();
     }
-    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, model::MeshShape{.ring = shape.ring, .ulysses = shape.ulysses});
+    cp_mesh_ = std::make_unique<parallel::Mesh>(*cp, model::MeshShape{.ring = shape.ring, .ulysses = shape.ulysses},
+                                                data_plane);
   }
 }
 
@@ -87,7 +94,7 @@ StagePlan Topology::stage_plan() const {
   const int S = shape_.stage_size();
   p.stage = stage_;
   p.num_stages = shape_.pp;
-  p.pipe = &world_;
+  p.pipe = world_data_.get();
   p.world = &world_;
   p.prev_rank = stage_ > 0 ? world_.rank() - S : -1;
   p.next_rank = stage_ < shape_.pp - 1 ? world_.rank() + S : -1;
@@ -99,10 +106,10 @@ StagePlan Topology::stage_plan() const {
     };
   }
   if (shape_.tp > 1) {
-    parallel::Communicator* tp = tp_comm_.get();
+    parallel::DataPlane* tp = tp_data_.get();
     std::shared_ptr<int64_t> bytes = tp_bytes_;
     p.tp_allreduce = [tp, bytes](float* data, int64_t count) {
-      tp->allreduce(data, size_t(count), parallel::ReduceOp::Sum);
+      tp->allreduce_sum(data, size_t(count));
       *bytes += count * int64_t(sizeof(float));
     };
     p.may_report_logits = tp_rank_ == 0;

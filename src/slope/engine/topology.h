@@ -50,7 +50,9 @@ class Topology {
   // Rank order inside a stage: context-parallel rank outer, tensor rank inner, so a tensor group
   // is `tp` consecutive ranks (one node's fast links) and each tensor rank t has its own
   // ring x ulysses mesh over the ranks with tensor rank t, running attention on its heads.
-  Topology(parallel::Communicator& world, const ParallelShape& shape);
+  // Payload (activations, tensor all-reduces, attention traffic) moves over data planes made by
+  // `data_plane` (default: host memory over the communicators).
+  Topology(parallel::Communicator& world, const ParallelShape& shape, const parallel::DataPlaneFactory& data_plane = {});
 
   const ParallelShape& shape() const { return shape_; }
   int stage() const { return stage_; }
@@ -75,6 +77,8 @@ class Topology {
   std::unique_ptr<parallel::Communicator> tp_comm_;  // the tensor group (tp > 1)
   std::unique_ptr<parallel::Communicator> cp_comm_;  // same tensor rank across the stage (tp > 1, CP)
   std::unique_ptr<parallel::Mesh> cp_mesh_;
+  std::unique_ptr<parallel::DataPlane> world_data_;  // pipeline activations
+  std::unique_ptr<parallel::DataPlane> tp_data_;     // tensor all-reduces (tp > 1)
   std::shared_ptr<int64_t> tp_bytes_ = std::make_shared<int64_t>(0);
 };
 

@@ -37,8 +37,8 @@ CommStats snapshot(const Mesh& mesh) {
 ContextParallelAttention::ContextParallelAttention(Mesh& mesh, CpOptions options)
     : mesh_(mesh),
       options_(options),
-      ring_(mesh.ring_comm(), options.progress_rows, options.progress_tests),
-      halo_(mesh.world(), options.progress_rows, options.progress_tests) {}
+      ring_(mesh.ring_data(), options.progress_rows, options.progress_tests),
+      halo_(mesh.world_data(), options.progress_rows, options.progress_tests) {}
 
 const ZigzagLayout& ContextParallelAttention::layout(int64_t num_tokens) {
   if (!layout_ || layout_->num_tokens() != num_tokens) {
@@ -110,7 +110,7 @@ void ContextParallelAttention::attend_full(const LayerAttention& spec, const Zig
   std::unique_ptr<UlyssesExchange> ulysses;
   if (U > 1) {
     // [my tokens, all heads] -> [group tokens (= ring shard), my heads], sinks of my heads.
-    ulysses = std::make_unique<UlyssesExchange>(mesh_.ulysses_comm(), lay, mesh_.ring_rank(),
+    ulysses = std::make_unique<UlyssesExchange>(mesh_.ulysses_data(), lay, mesh_.ring_rank(),
                                                 spec.shape, ulysses_buffers_);
     const HeadSlice& h = ulysses->my_heads();
     ulysses->scatter_heads(q, k, v, q_g_, k_g_, v_g_, stats_);
@@ -170,7 +170,7 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
     return;
   }
 
-  UlyssesRows ulysses(mesh_.ulysses_comm(), spec.shape, ulysses_buffers_);
+  UlyssesRows ulysses(mesh_.ulysses_data(), spec.shape, ulysses_buffers_);
   const HeadSlice& h = ulysses.my_heads();
   KvCache scratch;
   KvCache& cache = options_.cache_kv ? kv_cache_[spec.layer] : scratch;

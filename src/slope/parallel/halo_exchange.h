@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "slope/parallel/block_attention.h"
-#include "slope/parallel/comm.h"
+#include "slope/parallel/data_plane.h"
 
 namespace slope::parallel {
 
@@ -36,7 +36,7 @@ inline std::vector<model::Segment> halo_needed(const model::SequenceShard& shard
 
 class HaloExchange {
  public:
-  HaloExchange(Communicator& comm, int64_t slice_rows, int progress_tests = 16)
+  HaloExchange(DataPlane& comm, int64_t slice_rows, int progress_tests = 16)
       : comm_(comm), block_(slice_rows), progress_tests_(progress_tests) {}
 
   // shards: every rank's tokens, indexed by rank in `comm`. q [rows, Hq, D], k/v [rows, Hkv, D]:
@@ -55,7 +55,7 @@ class HaloExchange {
               const float* v, float* out, float* lse, CpStats& stats);
 
  private:
-  Communicator& comm_;
+  DataPlane& comm_;
   BlockAttention block_;
   int progress_tests_;
   std::vector<float> halo_k_, halo_v_;

@@ -54,7 +54,8 @@ void validate_mesh(const MeshShape& shape, int world_size, int64_t num_q_heads,
     fail("the prompt has ", num_tokens, " tokens; context parallelism needs at least 1");
 }
 
-Mesh::Mesh(Communicator& world, MeshShape shape) : shape_(shape), world_(&world) {
+Mesh::Mesh(Communicator& world, MeshShape shape, const DataPlaneFactory& data_plane)
+    : shape_(shape), world_(&world) {
   SLOPE_CHECK(shape.pp == 1 && shape.tp == 1, "a context-parallel mesh is ring x ulysses only, got ", shape.str(),
               " (pipeline stages and tensor groups are built around it by engine::Topology)");
   validate_mesh(shape, world.size(), 0, 0, 1);
@@ -62,6 +63,10 @@ Mesh::Mesh(Communicator& world, MeshShape shape) : shape_(shape), world_(&world)
   const int r = w / shape.ulysses, u = w % shape.ulysses;
   ulysses_ = world.split(/*color=*/r, /*key=*/u, "ulysses");
   ring_ = world.split(/*color=*/u, /*key=*/r, "ring");
+  const DataPlaneFactory make = data_plane ? data_plane : host_data_plane();
+  world_data_ = make(world);
+  ring_data_ = make(*ring_);
+  ulysses_data_ = make(*ulysses_);
 }
 
 void Mesh::set_timeout(double seconds) {

@@ -16,6 +16,7 @@
 
 #include "slope/model/parallel_shape.h"
 #include "slope/parallel/comm.h"
+#include "slope/parallel/data_plane.h"
 
 namespace slope::parallel {
 
@@ -38,12 +39,18 @@ class Mesh {
  public:
   // Collective over `world`: every rank must call it with the same shape. `world` must outlive
   // the mesh. Throws if world.size() != ring × ulysses, or if shape.pp or shape.tp is not 1.
-  Mesh(Communicator& world, MeshShape shape);
+  // The payload moves over data planes made by `data_plane` (default: host memory over the
+  // communicators) on each of the three communicators.
+  Mesh(Communicator& world, MeshShape shape, const DataPlaneFactory& data_plane = {});
 
   const MeshShape& shape() const { return shape_; }
   Communicator& world() const { return *world_; }
   Communicator& ring_comm() const { return *ring_; }
   Communicator& ulysses_comm() const { return *ulysses_; }
+  // The data planes over the same ranks: what the attention algorithms move payload through.
+  DataPlane& world_data() const { return *world_data_; }
+  DataPlane& ring_data() const { return *ring_data_; }
+  DataPlane& ulysses_data() const { return *ulysses_data_; }
   int ring_rank() const { return ring_->rank(); }
   int ulysses_rank() const { return ulysses_->rank(); }
   int world_rank() const { return world_->rank(); }
@@ -57,6 +64,7 @@ class Mesh {
   Communicator* world_;
   std::unique_ptr<Communicator> ring_;
   std::unique_ptr<Communicator> ulysses_;
+  std::unique_ptr<DataPlane> world_data_, ring_data_, ulysses_data_;
 };
 
 }  // namespace slope::parallel

@@ -19,16 +19,16 @@
 #include <vector>
 
 #include "slope/parallel/block_attention.h"
-#include "slope/parallel/comm.h"
+#include "slope/parallel/data_plane.h"
 #include "slope/parallel/shard.h"
 
 namespace slope::parallel {
 
 class RingAttention {
  public:
-  // ring: size R, ranks ordered by ring rank. slice_rows: query rows between progress polls.
-  // progress_tests: MPI_Test rounds per poll (see CpOptions).
-  RingAttention(Communicator& ring, int64_t slice_rows, int progress_tests = 16)
+  // ring: size R, ranks ordered by ring rank; the K/V blocks are its buffers. slice_rows: query
+  // rows between progress polls. progress_tests: MPI_Test rounds per poll (see CpOptions).
+  RingAttention(DataPlane& ring, int64_t slice_rows, int progress_tests = 16)
       : ring_(ring), block_(slice_rows), progress_tests_(progress_tests) {}
 
   // spec: the heads this rank computes (after Ulysses, its slice).
@@ -47,7 +47,7 @@ class RingAttention {
               const float* v, float* out, float* lse, CpStats& stats);
 
  private:
-  Communicator& ring_;
+  DataPlane& ring_;
   BlockAttention block_;
   int progress_tests_;
   std::vector<float> buf_[2];  // [K rows·Hkv·D | V rows·Hkv·D] of the block in flight

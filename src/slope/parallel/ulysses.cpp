@@ -64,7 +64,7 @@ void pack_heads(const std::vector<HeadSlice>& heads, const std::vector<int64_t>&
 
 }  // namespace
 
-UlyssesExchange::UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
+UlyssesExchange::UlyssesExchange(DataPlane& comm, const ZigzagLayout& layout, int ring_rank,
                                  const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
     : comm_(comm), layout_(layout), ring_rank_(ring_rank), shape_(shape), send_(buffers.send), recv_(buffers.recv) {
   const int U = comm.size();
@@ -175,7 +175,7 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
   stats.compute_seconds += now_seconds() - t0;
 }
 
-UlyssesRows::UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
+UlyssesRows::UlyssesRows(DataPlane& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
     : comm_(comm), shape_(shape), send_(buffers.send), recv_(buffers.recv) {
   const int U = comm.size();
   const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "slope/parallel/block_attention.h"
-#include "slope/parallel/comm.h"
+#include "slope/parallel/data_plane.h"
 #include "slope/parallel/shard.h"
 
 namespace slope::parallel {
@@ -37,7 +37,7 @@ class UlyssesExchange {
  public:
   // comm: the Ulysses group (size U, rank u); layout: the zigzag layout of this prompt;
   // ring_rank: the group's ring rank.
-  UlyssesExchange(Communicator& comm, const ZigzagLayout& layout, int ring_rank,
+  UlyssesExchange(DataPlane& comm, const ZigzagLayout& layout, int ring_rank,
                   const kernels::AttentionShape& shape, UlyssesBuffers& buffers);
 
   const HeadSlice& my_heads() const { return heads_[comm_.rank()]; }
@@ -54,7 +54,7 @@ class UlyssesExchange {
   // First row (in group / ring-shard order) of rank j's rows within ring segment s.
   int64_t group_row(int s, int j) const;
 
-  Communicator& comm_;
+  DataPlane& comm_;
   const ZigzagLayout& layout_;
   int ring_rank_;
   kernels::AttentionShape shape_;
@@ -71,7 +71,7 @@ class UlyssesExchange {
 // can send only the K/V rows a peer does not have yet.
 class UlyssesRows {
  public:
-  UlyssesRows(Communicator& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers);
+  UlyssesRows(DataPlane& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers);
 
   const HeadSlice& my_heads() const { return heads_[comm_.rank()]; }
 
@@ -85,7 +85,7 @@ class UlyssesRows {
                     CpStats& stats);
 
  private:
-  Communicator& comm_;
+  DataPlane& comm_;
   kernels::AttentionShape shape_;
   std::vector<HeadSlice> heads_;
   std::vector<float>& send_;
