@@ -13,6 +13,10 @@
 // With --coordinator, rank 0 submits each request and the other ranks sit in serve() (the
 // server's layout); before the last request rank 0 waits 2 s and reads the idle ranks' CPU time
 // from /proc: an idle rank must use under 5% of a core (a busy-polling wait would use ~100%).
+// With --seam, the engine runs on a backend and a data plane handed in by the test (both forward
+// to the host ones and count what passes through): the results must be the same, every op family
+// and every payload path the mesh uses must have gone through them, which is what a device
+// backend relies on (docs/architecture.md, "Where a CUDA kernel goes").
 // Exit code 0 on every rank only if everything passed.
 #include <unistd.h>
 
@@ -20,6 +24,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -31,6 +36,8 @@
 #include "slope/engine/engine.h"
 #include "slope/engine/prefill.h"
 #include "slope/model/attention_runner.h"
+#include "slope/ops/backend.h"
+#include "slope/parallel/data_plane.h"
 #include "slope/parallel/mpi_comm.h"
 
 using namespace slope;
@@ -43,6 +50,117 @@ struct Args {
   std::string model;
   engine::ParallelShape mesh;
   bool coordinator = false;
+  bool seam = false;
+};
+
+// The host backend, counting the calls of each op family.
+class CountingBackend final : public ops::Backend {
+ public:
+  mutable std::map<std::string, int64_t> calls;
+  Device device() const override { return Device::CPU; }
+  Tensor alloc(Shape shape, DType dtype) const override { return count("alloc"), host().alloc(shape, dtype); }
+  Tensor upload(const Tensor& t) const override { return count("upload"), host().upload(t); }
+  void to_host(const float* s, int64_t n, float* d) const override { count("to_host"), host().to_host(s, n, d); }
+  void fill(float* x, int64_t n, float v) const override { count("fill"), host().fill(x, n, v); }
+  void copy(float* d, const float* s, int64_t n) const override { count("copy"), host().copy(d, s, n); }
+  bool all_finite(const float* x, int64_t n) const override { return count("all_finite"), host().all_finite(x, n); }
+  void copy_columns(const float* s, int64_t r, int64_t sc, int64_t c0, int64_t c, float* d,
+                    int64_t ds) const override {
+    count("copy_columns"), host().copy_columns(s, r, sc, c0, c, d, ds);
+  }
+  void add_inplace(float* y, const float* x, int64_t n) const override { count("add"), host().add_inplace(y, x, n); }
+  void embed(const void* t, DType dt, int64_t w, const int32_t* ids, int64_t n, float* o) const override {
+    count("embed"), host().embed(t, dt, w, ids, n, o);
+  }
+  void rmsnorm(const float* x, const float* w, float* y, int64_t r, int64_t d, float e, kernels::NormOrder o,
+               DType a) const override {
+    count("rmsnorm"), host().rmsnorm(x, w, y, r, d, e, o, a);
+  }
+  void rope(const kernels::Rope& r, float* x, int64_t n, int64_t H, const int64_t* p) const override {
+    count("rope"), host().rope(r, x, n, H, p);
+  }
+  void silu_mul(const float* g, int64_t m, int64_t I, float* o) const override {
+    count("activation"), host().silu_mul(g, m, I, o);
+  }
+  void swiglu_oai(const float* g, int64_t m, int64_t I, float a, float l, float* o) const override {
+    count("activation"), host().swiglu_oai(g, m, I, a, l, o);
+  }
+  ops::ExpertRouting route_experts(const float* l, int64_t n, int64_t E, int k) const override {
+    return count("route"), host().route_experts(l, n, E, k);
+  }
+  void gather_rows(const float* s, const int64_t* r, int64_t m, int64_t d, float* o) const override {
+    count("gather_rows"), host().gather_rows(s, r, m, d, o);
+  }
+  void scatter_add_rows(const float* s, const int64_t* r, const float* w, int64_t m, int64_t d,
+                        float* o) const override {
+    count("scatter_add"), host().scatter_add_rows(s, r, w, m, d, o);
+  }
+  void flash_attention(const kernels::AttentionArgs& a) const override { count("attention"), host().flash_attention(a); }
+  void attention_merge(float* oa, float* la, const float* ob, const float* lb, int64_t n, int64_t H,
+                       int64_t D) const override {
+    count("merge"), host().attention_merge(oa, la, ob, lb, n, H, D);
+  }
+  void attention_apply_sinks(float* o, float* l, const float* s, int64_t n, int64_t H, int64_t D) const override {
+    count("sinks"), host().attention_apply_sinks(o, l, s, n, H, D);
+  }
+  ops::Linear linear(const void* w, DType dt, kernels::WeightLayout lay, int64_t out, int64_t in, const float* b,
+                     kernels::ComputeType ct) const override {
+    count("linear"), void();
+    // Forwards are counted too: the packed weight is the host's, wrapped.
+    struct Counted final : ops::LinearImpl {
+      ops::Linear inner;
+      const CountingBackend* owner;
+      void forward(const float* x, int64_t M, float* y, bool acc) const override {
+        owner->count("linear_forward"), inner.forward(x, M, y, acc);
+      }
+      int64_t in_features() const override { return inner.in_features(); }
+      int64_t out_features() const override { return inner.out_features(); }
+      size_t weight_bytes() const override { return inner.weight_bytes(); }
+    };
+    auto c = std::make_shared<Counted>();
+    c->inner = host().linear(w, dt, lay, out, in, b, ct);
+    c->owner = this;
+    return ops::Linear(c);
+  }
+  int count(const char* what) const { return int(++calls[what]); }
+
+ private:
+  static const ops::Backend& host() { return ops::cpu(); }
+};
+
+// The host data plane, counting payload floats sent and received per communicator name.
+struct PlaneCounts {
+  std::map<std::string, int64_t> floats;
+};
+class CountingPlane final : public parallel::DataPlane {
+ public:
+  CountingPlane(parallel::Communicator& c, PlaneCounts& counts) : inner_(c), counts_(counts) {}
+  Device device() const override { return Device::CPU; }
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  const std::string& name() const override { return inner_.name(); }
+  parallel::Request isend(const float* d, size_t n, int to, parallel::Tag t) override {
+    counts_.floats[name()] += int64_t(n);
+    return inner_.isend(d, n, to, t);
+  }
+  parallel::Request irecv(float* d, size_t n, int from, parallel::Tag t) override {
+    counts_.floats[name()] += int64_t(n);
+    return inner_.irecv(d, n, from, t);
+  }
+  void alltoallv(const float* s, const std::vector<int64_t>& sc, const std::vector<int64_t>& sd, float* r,
+                 const std::vector<int64_t>& rc, const std::vector<int64_t>& rd) override {
+    for (int64_t n : sc) counts_.floats[name()] += n;
+    inner_.alltoallv(s, sc, sd, r, rc, rd);
+  }
+  void allreduce_sum(float* d, size_t n) override {
+    counts_.floats[name()] += int64_t(n);
+    inner_.allreduce_sum(d, n);
+  }
+  const parallel::CommStats& stats() const override { return inner_.stats(); }
+
+ private:
+  parallel::HostDataPlane inner_;
+  PlaneCounts& counts_;
 };
 
 Args parse(int argc, char** argv) {
@@ -54,6 +172,7 @@ Args parse(int argc, char** argv) {
       SLOPE_CHECK(std::sscanf(argv[++i], "%d,%d,%d,%d", &a.mesh.pp, &a.mesh.ring, &a.mesh.ulysses, &a.mesh.tp) == 4,
                   "--mesh PP,RING,ULYSSES,TP");
     else if (k == "--coordinator") a.coordinator = true;
+    else if (k == "--seam") a.seam = true;
     else fail("unknown argument ", k);
   }
   SLOPE_CHECK(!a.model.empty(), "--model DIR is required");
@@ -110,6 +229,14 @@ int main(int argc, char** argv) {
     ec.gemm_chunk = 16;  // several row chunks per prompt
     ec.threads = 1;
     ec.balance_tokens = 130;
+    CountingBackend backend;
+    PlaneCounts planes;
+    if (a.seam) {
+      ec.backend = &backend;
+      ec.data_plane = [&planes](parallel::Communicator& c) -> std::unique_ptr<parallel::DataPlane> {
+        return std::make_unique<CountingPlane>(c, planes);
+      };
+    }
     engine::PrefillEngine eng(ec, *world);
     const model::ModelConfig& cfg = eng.model_config();
     const int64_t V = cfg.vocab_size;
@@ -220,6 +347,26 @@ int main(int argc, char** argv) {
         while (!steps[next].expect_error.empty()) ++next;  // rank 0 never ships a bad request
         compare(steps[next++].request, out);
       });
+    }
+    if (a.seam) {  // every op family and payload path this mesh uses went through the seam
+      std::vector<std::string> families = {"alloc",   "upload", "linear", "linear_forward", "rmsnorm", "rope",
+                                           "activation", "route", "gather_rows", "scatter_add", "attention",
+                                           "sinks", "copy_columns", "fill", "all_finite"};
+      if (eng.topology().stage() == 0) families.push_back("embed");
+      if (a.mesh.tp > 1) families.push_back("add");
+      for (const std::string& f : families)
+        check(backend.calls[f] > 0, "the backend's " + f + " op was never called");
+      std::vector<std::string> paths;
+      if (a.mesh.pp > 1) paths.push_back("world");    // pipeline activations
+      if (a.mesh.tp > 1) paths.push_back("tensor");   // tensor all-reduces
+      if (a.mesh.ring > 1) paths.push_back("ring");   // ring K/V blocks
+      if (a.mesh.ulysses > 1) paths.push_back("ulysses");
+      if (a.mesh.ring * a.mesh.ulysses > 1) paths.push_back(a.mesh.tp > 1 ? "context" : "stage");  // halo rows
+      for (const std::string& p : paths) {
+        std::printf("  rank %d: %lld payload floats over the '%s' data plane\n", rank, (long long)planes.floats[p],
+                    p.c_str());
+        check(planes.floats[p] > 0, "no payload went over the '" + p + "' data plane");
+      }
     }
   } catch (const std::exception& e) {
     std::printf("rank %d: FAIL: %s\n", rank, e.what());

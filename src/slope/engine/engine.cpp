@@ -51,6 +51,7 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
     lo.tp_size = config.mesh.tp;
     lo.on_layer_loaded = config.on_layer_loaded;
     lo.check_weights = config.check_weights;
+    lo.backend = config.backend;
     model_ = model::Model::load(config.model_dir, lo);
   } catch (const Error& e) {
     error = e.what();
@@ -61,11 +62,13 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
   world_.set_timeout(config.timeout_s);
   topo_ = std::make_unique<Topology>(world, config.mesh, config.data_plane);
   if (topo_->cp_mesh()) {
-    auto r = std::make_unique<parallel::ContextParallelAttention>(*topo_->cp_mesh());
+    parallel::CpOptions cpo;
+    cpo.ops = &model_->ops();
+    auto r = std::make_unique<parallel::ContextParallelAttention>(*topo_->cp_mesh(), cpo);
     cp_ = r.get();
     runner_ = std::move(r);
   } else {
-    runner_ = std::make_unique<model::LocalAttention>();
+    runner_ = std::make_unique<model::LocalAttention>(model_->ops());
   }
 }
 

@@ -43,6 +43,7 @@ struct EngineConfig {
   int64_t balance_tokens = 4096;                           // prompt length the stages are balanced for
   bool check_weights = false;                              // scan the weights for NaN/Inf at load
   std::function<void(int, int)> on_layer_loaded;           // progress while loading (layers done, total)
+  const ops::Backend* backend = nullptr;                   // the device's ops; null: ops::cpu()
   parallel::DataPlaneFactory data_plane;                   // payload transport; empty: host memory (MPI)
 };
 

@@ -60,6 +60,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
   const model::ModelConfig& c = model.config();
   const int64_t H = c.hidden_size, D = c.head_dim, Hkv = model.slice().kv_heads;
   const bool first_stage = plan.stage == 0, last_stage = plan.stage == plan.num_stages - 1;
+  const ops::Backend& ops = model.ops();
   PipelineTimes local_times;
   PipelineTimes& pt = times ? *times : local_times;
 
@@ -81,8 +82,8 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     // The KV cache holds every chunk of the prompt: it is needed by later chunks even when the
     // caller does not keep it.
     for (int l = 0; l < layers; ++l) {
-      st[b].result.k.emplace_back(Shape{rows, Hkv, D}, DType::F32);
-      st[b].result.v.emplace_back(Shape{rows, Hkv, D}, DType::F32);
+      st[b].result.k.push_back(ops.alloc({rows, Hkv, D}, DType::F32));
+      st[b].result.v.push_back(ops.alloc({rows, Hkv, D}, DType::F32));
     }
   }
 
@@ -109,14 +110,14 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     for (size_t ci = 0; ci < ps.chunk_shards.size(); ++ci) {
       const model::SequenceShard& rows = ps.chunk_shards[ci];
       const int64_t m = rows.local_tokens();
-      Tensor h({m, H}, DType::F32);  // [m, H] this chunk's residual stream on this rank
+      Tensor h = ops.alloc({m, H}, DType::F32);  // [m, H] this chunk's residual stream on this rank
       if (first_stage) {
         const double te = now_seconds();
         std::vector<int32_t> ids;
         ids.reserve(m);
         for (int64_t p : rows.positions()) ids.push_back(prompts[b][p]);
         model.embed(ids.data(), m, h.data<float>());
-        if (!all_finite(h.data<float>(), m * H)) found_nonfinite(0, b);
+        if (!ops.all_finite(h.data<float>(), m * H)) found_nonfinite(0, b);
         r.times.embed += now_seconds() - te;
       } else if (m > 0) {
         const double tw = now_seconds();
@@ -132,8 +133,8 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
                                      kv_shard);
         // This chunk's output and the K/V rows it wrote: one pass each.
         const int64_t kv0 = ps.rows_done * Hkv * D, kvn = m * Hkv * D;
-        if (!all_finite(h.data<float>(), m * H) || !all_finite(r.k[li].data<float>() + kv0, kvn) ||
-            !all_finite(r.v[li].data<float>() + kv0, kvn))
+        if (!ops.all_finite(h.data<float>(), m * H) || !ops.all_finite(r.k[li].data<float>() + kv0, kvn) ||
+            !ops.all_finite(r.v[li].data<float>() + kv0, kvn))
           found_nonfinite(1 + l, b);
         if (opts.on_progress) {
           PrefillProgress pg;

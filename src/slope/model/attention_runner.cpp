@@ -5,7 +5,6 @@
 
 #include "slope/core/error.h"
 #include "slope/core/tensor.h"
-#include "slope/kernels/attention_merge.h"
 
 namespace slope::model {
 
@@ -41,7 +40,7 @@ bool any_visible(const kernels::AttentionMask& mask, Segment q_seg, Segment kv_s
   return true;
 }
 
-void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, const float* k,
+void attend_segments(const ops::Backend& ops, const LayerAttention& spec, const float* q, Segment q_seg, const float* k,
                      const float* v, const std::vector<Segment>& kv_segments, float* out,
                      float* lse) {
   const int64_t Hq = spec.shape.num_q_heads, Hkv = spec.shape.num_kv_heads, D = spec.shape.head_dim;
@@ -55,7 +54,7 @@ void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, 
     kv_row += kv_seg.length;
     if (!any_visible(spec.mask, q_seg, kv_seg)) continue;
     if (first) {
-      kernels::flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
+      ops.flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
                                 .nk = kv_seg.length, .kv_pos0 = kv_seg.start, .shape = spec.shape,
                                 .mask = spec.mask, .scale = spec.scale, .sinks = nullptr, .out = out,
                                 .lse = lse});
@@ -63,18 +62,18 @@ void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, 
       continue;
     }
     if (part_out.empty()) {
-      part_out = Tensor({n, Hq, D}, DType::F32);
-      part_lse = Tensor({n, Hq}, DType::F32);
+      part_out = ops.alloc({n, Hq, D}, DType::F32);
+      part_lse = ops.alloc({n, Hq}, DType::F32);
     }
-    kernels::flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
+    ops.flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
                               .nk = kv_seg.length, .kv_pos0 = kv_seg.start, .shape = spec.shape,
                               .mask = spec.mask, .scale = spec.scale, .sinks = nullptr,
                               .out = part_out.data<float>(), .lse = part_lse.data<float>()});
-    kernels::attention_merge(out, lse, part_out.data<float>(), part_lse.data<float>(), n, Hq, D);
+    ops.attention_merge(out, lse, part_out.data<float>(), part_lse.data<float>(), n, Hq, D);
   }
   if (first) {  // no visible key at all (cannot happen for causal self-attention; kept total)
-    std::fill(out, out + n * Hq * D, 0.f);
-    std::fill(lse, lse + n * Hq, -std::numeric_limits<float>::infinity());
+    ops.fill(out, n * Hq * D, 0.f);
+    ops.fill(lse, n * Hq, -std::numeric_limits<float>::infinity());
   }
 }
 
@@ -85,8 +84,8 @@ void LocalAttention::attend(const LayerAttention& spec, const float* q,
   // Fast path: one query segment, one key segment -> one fused kernel call with sinks.
   if (q_shard.segments.size() == 1 && kv_shard.segments.size() == 1) {
     const Segment qs = q_shard.segments[0], ks = kv_shard.segments[0];
-    Tensor lse({qs.length, Hq}, DType::F32);
-    kernels::flash_attention({.q = q, .nq = qs.length, .q_pos0 = qs.start, .k = k, .v = v,
+    Tensor lse = ops_.alloc({qs.length, Hq}, DType::F32);
+    ops_.flash_attention({.q = q, .nq = qs.length, .q_pos0 = qs.start, .k = k, .v = v,
                               .nk = ks.length, .kv_pos0 = ks.start, .shape = spec.shape,
                               .mask = spec.mask, .scale = spec.scale, .sinks = spec.sinks,
                               .out = out, .lse = lse.data<float>()});
@@ -94,10 +93,10 @@ void LocalAttention::attend(const LayerAttention& spec, const float* q,
   }
   int64_t row = 0;
   for (const Segment& qs : q_shard.segments) {
-    Tensor lse({qs.length, Hq}, DType::F32);
+    Tensor lse = ops_.alloc({qs.length, Hq}, DType::F32);
     float* o = out + row * Hq * D;
-    attend_segments(spec, q + row * Hq * D, qs, k, v, kv_shard.segments, o, lse.data<float>());
-    if (spec.sinks) kernels::attention_apply_sinks(o, lse.data<float>(), spec.sinks, qs.length, Hq, D);
+    attend_segments(ops_, spec, q + row * Hq * D, qs, k, v, kv_shard.segments, o, lse.data<float>());
+    if (spec.sinks) ops_.attention_apply_sinks(o, lse.data<float>(), spec.sinks, qs.length, Hq, D);
     row += qs.length;
   }
 }

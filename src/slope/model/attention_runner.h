@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "slope/kernels/attention.h"
+#include "slope/ops/backend.h"
 
 namespace slope::model {
 
@@ -55,8 +56,12 @@ class AttentionRunner {
 // key segment) pair that the mask allows, merges by LSE, applies sinks once.
 class LocalAttention : public AttentionRunner {
  public:
+  explicit LocalAttention(const ops::Backend& ops = ops::cpu()) : ops_(ops) {}
   void attend(const LayerAttention& spec, const float* q, const SequenceShard& q_shard,
               const float* k, const float* v, const SequenceShard& kv_shard, float* out) override;
+
+ private:
+  const ops::Backend& ops_;
 };
 
 // True if some query in q_seg can see some key in kv_seg under the mask (causal: a key not in
@@ -66,7 +71,7 @@ bool any_visible(const kernels::AttentionMask& mask, Segment q_seg, Segment kv_s
 // Attention over explicit segments, the building block of LocalAttention and of the
 // context-parallel runners: out/lse for q rows (one segment) against k/v rows (several
 // segments), no sinks applied; lse = -inf where no key is visible.
-void attend_segments(const LayerAttention& spec, const float* q, Segment q_seg, const float* k,
+void attend_segments(const ops::Backend& ops, const LayerAttention& spec, const float* q, Segment q_seg, const float* k,
                      const float* v, const std::vector<Segment>& kv_segments, float* out,
                      float* lse);
 

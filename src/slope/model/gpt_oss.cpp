@@ -63,8 +63,9 @@ void load_gpt_oss_layer(const WeightLoader& wl, int layer, LayerWeights& w) {
   w.attn.o = wl.linear({{a + "o_proj.weight", a + "o_proj.bias", H}}, c.num_heads * D, s.q_head0 * D,
                        s.q_heads * D, /*bias_on_rank0_only=*/true);
   Tensor sinks = wl.f32(a + "sinks", {c.num_heads});  // one logit per query head
-  w.attn.sinks = Tensor({s.q_heads}, DType::F32);
-  std::memcpy(w.attn.sinks.data<float>(), sinks.data<float>() + s.q_head0, size_t(s.q_heads) * sizeof(float));
+  Tensor mine({s.q_heads}, DType::F32);
+  std::memcpy(mine.data<float>(), sinks.data<float>() + s.q_head0, size_t(s.q_heads) * sizeof(float));
+  w.attn.sinks = wl.backend.upload(mine);
 
   const std::string m = p + "mlp.";
   w.moe.router = wl.linear({{m + "router.weight", m + "router.bias", E}}, H);

@@ -5,9 +5,6 @@
 
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
-#include "slope/kernels/copy.h"
-#include "slope/kernels/moe.h"
-#include "slope/kernels/norm.h"
 
 namespace slope::model {
 namespace {
@@ -26,66 +23,64 @@ void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* 
   const ModelConfig& c = *ctx.cfg;
   const int64_t Hq = ctx.slice.q_heads, Hkv = ctx.slice.kv_heads;
   const int64_t H = c.hidden_size, D = c.head_dim, qw = Hq * D, kw = Hkv * D;
-  kernels::rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps),
-                   c.norm_order, ctx.act_dtype);
+  const ops::Backend& ops = *ctx.ops;
+  ops.rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order,
+              ctx.act_dtype);
   w.attn.qkv.forward(x.data<float>(), m, qkv.data<float>());
   // Split the fused projection: [q | k | v] per row.
   const int64_t width = qw + 2 * kw;
-  kernels::copy_columns(qkv.data<float>(), m, width, 0, qw, q);
-  kernels::copy_columns(qkv.data<float>(), m, width, qw, kw, k);
-  kernels::copy_columns(qkv.data<float>(), m, width, qw + kw, kw, v);
+  ops.copy_columns(qkv.data<float>(), m, width, 0, qw, q);
+  ops.copy_columns(qkv.data<float>(), m, width, qw, kw, k);
+  ops.copy_columns(qkv.data<float>(), m, width, qw + kw, kw, v);
   if (!w.attn.q_norm.empty()) {  // qwen3: per-head RMSNorm over head_dim before RoPE
-    kernels::rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps),
-                     c.norm_order, ctx.act_dtype);
-    kernels::rmsnorm(k, w.attn.k_norm.data<float>(), k, m * Hkv, D, float(c.rms_norm_eps),
-                     c.norm_order, ctx.act_dtype);
+    ops.rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
+    ops.rmsnorm(k, w.attn.k_norm.data<float>(), k, m * Hkv, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
   }
-  ctx.rope->apply(q, m, Hq, pos);
-  ctx.rope->apply(k, m, Hkv, pos);
+  ops.rope(*ctx.rope, q, m, Hq, pos);
+  ops.rope(*ctx.rope, k, m, Hkv, pos);
 }
 
 // Dense SwiGLU MLP: h += down(silu(gate(x)) · up(x)), over the local intermediate columns.
-void dense_mlp(int64_t I, const DenseMlpWeights& w, const float* x, int64_t m, float* h) {
-  Tensor gu({m, 2 * I}, DType::F32), act({m, I}, DType::F32);
+void dense_mlp(const ops::Backend& ops, int64_t I, const DenseMlpWeights& w, const float* x, int64_t m,
+               float* h) {
+  Tensor gu = ops.alloc({m, 2 * I}, DType::F32), act = ops.alloc({m, I}, DType::F32);
   w.gate_up.forward(x, m, gu.data<float>());
-  kernels::silu_mul(gu.data<float>(), m, I, act.data<float>());
+  ops.silu_mul(gu.data<float>(), m, I, act.data<float>());
   w.down.forward(act.data<float>(), m, h, /*accumulate=*/true);
 }
 
 // gpt-oss MoE: route each token to its top-k experts, run each expert once over all of its
 // tokens, and add Σ_k w_k · (expert_k(x) + b_k) back (the down bias sits inside the weighting).
-void moe_mlp(const ModelConfig& c, int64_t I, const MoeWeights& w, const float* x, int64_t m,
-             float* h) {
+void moe_mlp(const ops::Backend& ops, const ModelConfig& c, int64_t I, const MoeWeights& w, const float* x,
+             int64_t m, float* h) {
   const int64_t E = c.num_experts, H = c.hidden_size;
   const int k = int(c.experts_per_token);
-  Tensor logits({m, E}, DType::F32);
+  Tensor logits = ops.alloc({m, E}, DType::F32);
   w.router.forward(x, m, logits.data<float>());
-  std::vector<int32_t> ids(m * k);
-  std::vector<float> weights(m * k);
-  kernels::route_topk_softmax(logits.data<float>(), m, E, k, ids.data(), weights.data());
-  kernels::ExpertGroups g = kernels::group_by_expert(ids.data(), weights.data(), m, k, E);
+  const ops::ExpertRouting g = ops.route_experts(logits.data<float>(), m, E, k);
+  const int64_t* token = g.token.data<int64_t>();
+  const float* weight = g.weight.data<float>();
   int64_t max_rows = 0;
   for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, g.offsets[e + 1] - g.offsets[e]);
-  Tensor xin({max_rows, H}, DType::F32), gu({max_rows, 2 * I}, DType::F32),
-      act({max_rows, I}, DType::F32), y({max_rows, H}, DType::F32);
+  Tensor xin = ops.alloc({max_rows, H}, DType::F32), gu = ops.alloc({max_rows, 2 * I}, DType::F32),
+         act = ops.alloc({max_rows, I}, DType::F32), y = ops.alloc({max_rows, H}, DType::F32);
   for (int64_t e = 0; e < E; ++e) {
     const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
     if (rows == 0) continue;
-    kernels::gather_rows(x, g.token.data() + r0, rows, H, xin.data<float>());
+    ops.gather_rows(x, token + r0, rows, H, xin.data<float>());
     w.gate_up[e].forward(xin.data<float>(), rows, gu.data<float>());
-    kernels::swiglu_oai(gu.data<float>(), rows, I, float(c.swiglu_alpha), float(c.swiglu_limit),
-                        act.data<float>());
+    ops.swiglu_oai(gu.data<float>(), rows, I, float(c.swiglu_alpha), float(c.swiglu_limit), act.data<float>());
     w.down[e].forward(act.data<float>(), rows, y.data<float>());
-    kernels::scatter_add_rows(y.data<float>(), g.token.data() + r0, g.weight.data() + r0, rows, H, h);
+    ops.scatter_add_rows(y.data<float>(), token + r0, weight + r0, rows, H, h);
   }
 }
 
 }  // namespace
 
-float* LayerBuffers::reserve(Tensor& t, int64_t n) {
-  if (t.numel() < n) {
+float* LayerBuffers::reserve(const ops::Backend& ops, Tensor& t, int64_t n) {
+  if (t.empty() || t.numel() < n || t.device() != ops.device()) {
     t = Tensor();  // free before allocating the larger one
-    t = Tensor({n}, DType::F32);
+    t = ops.alloc({n}, DType::F32);
   }
   return t.data<float>();
 }
@@ -98,18 +93,19 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   const int64_t H = c.hidden_size, D = c.head_dim;
   const int64_t Hq = ctx.slice.q_heads, Hkv = ctx.slice.kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(ctx.chunk, std::max<int64_t>(n, 1)));
+  const ops::Backend& ops = *ctx.ops;
   PhaseTimes dummy;
   PhaseTimes& t = ctx.times ? *ctx.times : dummy;
   const std::vector<int64_t> pos = q_shard.positions();
 
   LayerBuffers local;
   LayerBuffers& buf = ctx.buffers ? *ctx.buffers : local;
-  float* q = LayerBuffers::reserve(buf.q, n * Hq * D);  // every row written below
+  float* q = LayerBuffers::reserve(ops, buf.q, n * Hq * D);  // every row written below
   float* k_new = k_cache + kv_row0 * Hkv * D;
   float* v_new = v_cache + kv_row0 * Hkv * D;
   {
     ScopedTimer st{&t.norm_qkv_rope};
-    Tensor x({chunk, H}, DType::F32), qkv({chunk, (Hq + 2 * Hkv) * D}, DType::F32);
+    Tensor x = ops.alloc({chunk, H}, DType::F32), qkv = ops.alloc({chunk, (Hq + 2 * Hkv) * D}, DType::F32);
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
       norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, q + r * Hq * D,
@@ -117,8 +113,8 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     }
   }
 
-  float* attn = LayerBuffers::reserve(buf.attn, n * Hq * D);
-  std::fill(attn, attn + n * Hq * D, 0.f);
+  float* attn = LayerBuffers::reserve(ops, buf.attn, n * Hq * D);
+  ops.fill(attn, n * Hq * D, 0.f);
   {
     ScopedTimer st{&t.attention};
     LayerAttention spec;
@@ -134,15 +130,15 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   // Under tensor parallelism o_proj and the MLP produce partial sums over the local heads /
   // intermediate columns: they go to `partial`, are all-reduced, then added to h.
   const bool tp = bool(ctx.tp_allreduce);
-  Tensor x({chunk, H}, DType::F32), partial;
-  if (tp) partial = Tensor({chunk, H}, DType::F32);
+  Tensor x = ops.alloc({chunk, H}, DType::F32), partial;
+  if (tp) partial = ops.alloc({chunk, H}, DType::F32);
   auto add_reduced = [&](float* hr, int64_t m, double* timer) {
     {
       ScopedTimer st{&t.tp_allreduce};
       ctx.tp_allreduce(partial.data<float>(), m * H);
     }
     ScopedTimer st{timer};
-    kernels::add_inplace(hr, partial.data<float>(), m * H);
+    ops.add_inplace(hr, partial.data<float>(), m * H);
   };
   const int64_t I = ctx.slice.inter;
   for (int64_t r = 0; r < n; r += chunk) {
@@ -155,17 +151,17 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     if (tp) add_reduced(hr, m, &t.o_proj);
     {
       ScopedTimer st{&t.mlp};
-      kernels::rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H,
-                       float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
+      ops.rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order,
+                  ctx.act_dtype);
       float* dst = hr;
       if (tp) {
-        std::fill(partial.data<float>(), partial.data<float>() + m * H, 0.f);
+        ops.fill(partial.data<float>(), m * H, 0.f);
         dst = partial.data<float>();
       }
       if (c.is_moe())
-        moe_mlp(c, I, w.moe, x.data<float>(), m, dst);
+        moe_mlp(ops, c, I, w.moe, x.data<float>(), m, dst);
       else
-        dense_mlp(I, w.mlp, x.data<float>(), m, dst);
+        dense_mlp(ops, I, w.mlp, x.data<float>(), m, dst);
     }
     if (tp) add_reduced(hr, m, &t.mlp);
   }

@@ -9,28 +9,29 @@
 
 #include "slope/core/tensor.h"
 #include "slope/kernels/gemm.h"
+#include "slope/ops/backend.h"
 #include "slope/model/attention_runner.h"
 #include "slope/model/config.h"
 
 namespace slope::model {
 
 struct AttentionWeights {
-  kernels::Linear qkv;  // fused [Hq·D + 2·Hkv·D, H] (rows: q, then k, then v), biases included
-  kernels::Linear o;    // [H, Hq·D]; under tensor parallelism the local heads' columns, and
-                        // the bias only on tensor rank 0 (the partial sums are all-reduced)
+  ops::Linear qkv;  // fused [Hq·D + 2·Hkv·D, H] (rows: q, then k, then v), biases included
+  ops::Linear o;    // [H, Hq·D]; under tensor parallelism the local heads' columns, and
+                    // the bias only on tensor rank 0 (the partial sums are all-reduced)
   Tensor q_norm, k_norm;  // f32 [D] (qwen3) or empty
   Tensor sinks;           // f32 [Hq] (gpt-oss) or empty; the local heads' under TP
 };
 
 struct DenseMlpWeights {
-  kernels::Linear gate_up;  // fused [2I, H]: gate rows then up rows
-  kernels::Linear down;     // [H, I]
+  ops::Linear gate_up;  // fused [2I, H]: gate rows then up rows
+  ops::Linear down;     // [H, I]
 };
 
 struct MoeWeights {
-  kernels::Linear router;                // [E, H] + bias
-  std::vector<kernels::Linear> gate_up;  // per expert, 2I outputs interleaved gate/up, + bias
-  std::vector<kernels::Linear> down;     // per expert, H outputs, + bias
+  ops::Linear router;                // [E, H] + bias
+  std::vector<ops::Linear> gate_up;  // per expert, 2I outputs interleaved gate/up, + bias
+  std::vector<ops::Linear> down;     // per expert, H outputs, + bias
 };
 
 struct LayerWeights {
@@ -79,8 +80,9 @@ using AllReduceFn = std::function<void(float* data, int64_t count)>;
 // allocator as new pages, a page fault each, every layer.
 struct LayerBuffers {
   Tensor q, attn;
-  // Flat f32 storage for at least `n` floats in `t` (grown, never shrunk); not cleared.
-  static float* reserve(Tensor& t, int64_t n);
+  // Flat f32 storage on the backend's device for at least `n` floats in `t` (grown, never
+  // shrunk); not cleared.
+  static float* reserve(const ops::Backend& ops, Tensor& t, int64_t n);
 };
 
 struct LayerContext {
@@ -88,6 +90,7 @@ struct LayerContext {
   TensorSlice slice;
   AllReduceFn tp_allreduce;  // empty without tensor parallelism
   const kernels::Rope* rope = nullptr;
+  const ops::Backend* ops = nullptr;  // the device's ops (ops::cpu() on the host)
   DType act_dtype = DType::F32;  // where norms cast (bf16 compute rounds like the model dtype)
   int64_t chunk = 1024;
   PhaseTimes* times = nullptr;

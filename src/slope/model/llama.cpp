@@ -20,8 +20,8 @@ void load_llama_layer(const WeightLoader& wl, int layer, LayerWeights& w) {
   w.attn.o = wl.linear({{a + "o_proj.weight", c.o_bias ? a + "o_proj.bias" : "", H}}, c.num_heads * D,
                        s.q_head0 * D, s.q_heads * D, /*bias_on_rank0_only=*/true);
   if (c.qk_norm) {
-    w.attn.q_norm = wl.f32(a + "q_norm.weight", {D});
-    w.attn.k_norm = wl.f32(a + "k_norm.weight", {D});
+    w.attn.q_norm = wl.param(a + "q_norm.weight", {D});
+    w.attn.k_norm = wl.param(a + "k_norm.weight", {D});
   }
   // gate and up fused into one GEMM: rows [0, I) gate, [I, 2I) up (kernels::silu_mul's layout).
   w.mlp.gate_up = wl.linear({{p + "mlp.gate_proj.weight", "", I, s.inter0, s.inter},

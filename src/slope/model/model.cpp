@@ -6,7 +6,6 @@
 #include "slope/core/finite.h"
 #include "slope/core/half.h"
 #include "slope/kernels/copy.h"
-#include "slope/kernels/norm.h"
 
 namespace slope::model {
 
@@ -25,15 +24,15 @@ Tensor WeightLoader::f32_rows(const std::string& name, int64_t out, int64_t cols
   return part.to_f32();
 }
 
-kernels::Linear WeightLoader::pack(const Tensor& w, const float* bias) const {
-  kernels::Linear lin(w.data<float>(), DType::F32, kernels::WeightLayout::OutIn, w.dim(0), w.dim(1),
-                      bias, compute);
+ops::Linear WeightLoader::pack(const Tensor& w, const float* bias) const {
+  ops::Linear lin = backend.linear(w.data<float>(), DType::F32, kernels::WeightLayout::OutIn, w.dim(0), w.dim(1),
+                                   bias, compute);
   *bytes += lin.weight_bytes() + (bias ? size_t(w.dim(0)) * sizeof(float) : 0);
   return lin;
 }
 
-kernels::Linear WeightLoader::linear(const std::vector<WeightRows>& parts, int64_t in, int64_t col0,
-                                     int64_t cols, bool bias_on_rank0_only) const {
+ops::Linear WeightLoader::linear(const std::vector<WeightRows>& parts, int64_t in, int64_t col0, int64_t cols,
+                                 bool bias_on_rank0_only) const {
   if (cols < 0) cols = in;
   int64_t total = 0;
   for (const WeightRows& p : parts) total += p.rows < 0 ? p.out : p.rows;
@@ -113,7 +112,7 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
 
   WeightStore store(model_dir);
   if (opts.check_weights) check_weights(store, c, opts, m->opts_.last_layer);
-  WeightLoader wl{store, c, m->slice_, opts.compute, &m->weight_bytes_};
+  WeightLoader wl{store, c, m->slice_, opts.compute, m->ops(), &m->weight_bytes_};
   const int64_t V = c.vocab_size, H = c.hidden_size;
   if (opts.load_embedding) {
     m->embedding_ = store.get("model.embed_tokens.weight", {V, H});
@@ -124,7 +123,7 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
     m->weight_bytes_ += m->embedding_.nbytes();
   }
   if (opts.load_head) {
-    m->final_norm_ = wl.f32("model.norm.weight", {H});
+    m->final_norm_ = wl.param("model.norm.weight", {H});
     const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
     m->head_ = wl.linear({{head, "", V}}, H);
   }
@@ -132,8 +131,8 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
     LayerWeights w;
     w.window = c.layer_window.at(i);
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    w.input_norm = wl.f32(p + "input_layernorm.weight", {H});
-    w.post_norm = wl.f32(p + "post_attention_layernorm.weight", {H});
+    w.input_norm = wl.param(p + "input_layernorm.weight", {H});
+    w.post_norm = wl.param(p + "post_attention_layernorm.weight", {H});
     if (c.arch == Arch::GptOss)
       load_gpt_oss_layer(wl, i, w);
     else
@@ -157,21 +156,29 @@ void validate_token_ids(const ModelConfig& cfg, const std::vector<int32_t>& toke
 
 void Model::embed(const int32_t* tokens, int64_t n, float* h) const {
   SLOPE_CHECK(!embedding_.empty(), "this rank did not load the embedding");
-  kernels::gather_rows_f32(embedding_.raw(), embedding_.dtype(), cfg_.hidden_size, tokens, n, h);
+  ops().embed(embedding_.raw(), embedding_.dtype(), cfg_.hidden_size, tokens, n, h);
 }
 
 void Model::logits(const float* h_row, float* out) const {
   SLOPE_CHECK(!head_.empty(), "this rank did not load lm_head");
-  std::vector<float> x(cfg_.hidden_size);
-  kernels::rmsnorm(h_row, final_norm_.data<float>(), x.data(), 1, cfg_.hidden_size,
-                   float(cfg_.rms_norm_eps), cfg_.norm_order, layer_context(1, nullptr).act_dtype);
-  head_.forward(x.data(), 1, out);
+  const ops::Backend& ops = this->ops();
+  Tensor x = ops.alloc({cfg_.hidden_size}, DType::F32);
+  ops.rmsnorm(h_row, final_norm_.data<float>(), x.data<float>(), 1, cfg_.hidden_size, float(cfg_.rms_norm_eps),
+              cfg_.norm_order, layer_context(1, nullptr).act_dtype);
+  if (ops.device() == Device::CPU) {
+    head_.forward(x.data<float>(), 1, out);
+    return;
+  }
+  Tensor y = ops.alloc({cfg_.vocab_size}, DType::F32);
+  head_.forward(x.data<float>(), 1, y.data<float>());
+  ops.to_host(y.data<float>(), cfg_.vocab_size, out);
 }
 
 LayerContext Model::layer_context(int64_t chunk, PhaseTimes* times) const {
   LayerContext ctx;
   ctx.cfg = &cfg_;
   ctx.rope = &rope_;
+  ctx.ops = &ops();
   ctx.slice = slice_;
   ctx.act_dtype = opts_.compute == kernels::ComputeType::BF16 ? DType::BF16 : DType::F32;
   ctx.chunk = chunk;

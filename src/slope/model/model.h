@@ -13,6 +13,7 @@
 #include "slope/model/config.h"
 #include "slope/model/layers.h"
 #include "slope/model/safetensors.h"
+#include "slope/ops/backend.h"
 
 namespace slope::model {
 
@@ -33,6 +34,8 @@ struct LoadOptions {
   // Inf) before packing, and throw slope::Error naming the first bad tensor and element. One
   // extra read of the checkpoint: docs/reliability.md gives what it costs.
   bool check_weights = false;
+  // The device's ops the weights are packed for and the forward pass runs on (null: ops::cpu()).
+  const ops::Backend* backend = nullptr;
 };
 
 class Model {
@@ -48,10 +51,11 @@ class Model {
   int last_layer() const { return opts_.last_layer; }
   const LayerWeights& layer(int i) const { return layers_.at(i - opts_.first_layer); }
   size_t weight_bytes() const { return weight_bytes_; }
+  const ops::Backend& ops() const { return opts_.backend ? *opts_.backend : ops::cpu(); }
 
   // h [n, H] = embedding rows of tokens[n].
   void embed(const int32_t* tokens, int64_t n, float* h) const;
-  // logits [V] = lm_head(final_norm(h_row)) for one hidden row.
+  // logits [V] (host memory) = lm_head(final_norm(h_row)) for one hidden row (device memory).
   void logits(const float* h_row, float* out) const;
 
   const TensorSlice& slice() const { return slice_; }
@@ -64,7 +68,7 @@ class Model {
   TensorSlice slice_;
   Tensor embedding_;   // [V, H], kept in the checkpoint dtype (mmap'd view)
   Tensor final_norm_;  // f32 [H]
-  kernels::Linear head_;
+  ops::Linear head_;
   std::vector<LayerWeights> layers_;
   size_t weight_bytes_ = 0;
 };
@@ -89,18 +93,21 @@ struct WeightLoader {
   const ModelConfig& cfg;
   const TensorSlice& slice;
   kernels::ComputeType compute;
+  const ops::Backend& backend;
   size_t* bytes;
-  Tensor f32(const std::string& name, const Shape& shape) const;  // converted copy
+  Tensor f32(const std::string& name, const Shape& shape) const;  // converted copy, on the host
+  // A weight the forward pass reads directly (norm weights): f32, on the backend's device.
+  Tensor param(const std::string& name, const Shape& shape) const { return backend.upload(f32(name, shape)); }
   // f32 rows [row0, row0 + rows) of a [out, cols] tensor.
   Tensor f32_rows(const std::string& name, int64_t out, int64_t cols, int64_t row0, int64_t rows) const;
   // A Linear whose weight is the given row ranges stacked, restricted to input columns
   // [col0, col0 + cols) of `in` (cols = -1: all). Biases follow their rows; with
   // bias_on_rank0_only the bias is dropped on tensor ranks other than 0 (row-parallel
   // layers, whose partial sums are all-reduced).
-  kernels::Linear linear(const std::vector<WeightRows>& parts, int64_t in, int64_t col0 = 0,
-                         int64_t cols = -1, bool bias_on_rank0_only = false) const;
+  ops::Linear linear(const std::vector<WeightRows>& parts, int64_t in, int64_t col0 = 0, int64_t cols = -1,
+                     bool bias_on_rank0_only = false) const;
   // Packs an f32 [out, in] weight (+ optional bias [out]) into a Linear and counts its bytes.
-  kernels::Linear pack(const Tensor& w, const float* bias) const;
+  ops::Linear pack(const Tensor& w, const float* bias) const;
 };
 
 void load_gpt_oss_layer(const WeightLoader& wl, int layer, LayerWeights& w);  // gpt_oss.cpp

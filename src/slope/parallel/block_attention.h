@@ -42,8 +42,9 @@ using model::any_visible;
 
 class BlockAttention {
  public:
-  // slice_rows <= 0: one slice (no progress polls inside a block).
-  explicit BlockAttention(int64_t slice_rows) : slice_rows_(slice_rows) {}
+  // slice_rows <= 0: one slice (no progress polls inside a block). Kernels run on `ops`.
+  explicit BlockAttention(int64_t slice_rows, const ops::Backend& ops = ops::cpu())
+      : ops_(ops), slice_rows_(slice_rows), part_out_(ops), part_lse_(ops) {}
 
   // acc_out [q_seg.length, Hq, D], acc_lse [q_seg.length, Hq] <- merge(acc, attention of
   // q [q_seg.length, Hq, D] against k, v [Σ kv_segments, Hkv, D]). Returns false (and does
@@ -54,11 +55,12 @@ class BlockAttention {
                   CpStats& stats);
 
  private:
+  const ops::Backend& ops_;
   int64_t slice_rows_;
-  std::vector<float> part_out_, part_lse_;
+  ops::DeviceBuffer part_out_, part_lse_;
 };
 
 // (out, lse) <- (0, -inf) for n rows of H heads of dim D.
-void reset_attention_state(float* out, float* lse, int64_t n, int64_t H, int64_t D);
+void reset_attention_state(const ops::Backend& ops, float* out, float* lse, int64_t n, int64_t H, int64_t D);
 
 }  // namespace slope::parallel

@@ -2,7 +2,6 @@
 
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
-#include "slope/kernels/attention_merge.h"
 #include "slope/parallel/ulysses.h"
 
 namespace slope::parallel {
@@ -37,8 +36,15 @@ CommStats snapshot(const Mesh& mesh) {
 ContextParallelAttention::ContextParallelAttention(Mesh& mesh, CpOptions options)
     : mesh_(mesh),
       options_(options),
-      ring_(mesh.ring_data(), options.progress_rows, options.progress_tests),
-      halo_(mesh.world_data(), options.progress_rows, options.progress_tests) {}
+      ops_(options.ops ? *options.ops : ops::cpu()),
+      ring_(mesh.ring_data(), options.progress_rows, options.progress_tests, ops_),
+      halo_(mesh.world_data(), options.progress_rows, options.progress_tests, ops_),
+      q_g_(ops_),
+      k_g_(ops_),
+      v_g_(ops_),
+      out_g_(ops_),
+      lse_(ops_),
+      ulysses_buffers_(ops_) {}
 
 const ZigzagLayout& ContextParallelAttention::layout(int64_t num_tokens) {
   if (!layout_ || layout_->num_tokens() != num_tokens) {
@@ -127,7 +133,7 @@ void ContextParallelAttention::attend_full(const LayerAttention& spec, const Zig
   ring_.attend(local, lay, qp, kp, vp, op, lse_.data(), stats_);  // R = 1: local blocks only
   if (local.sinks) {
     const double t0 = now_seconds();
-    kernels::attention_apply_sinks(op, lse_.data(), local.sinks, rows, local.shape.num_q_heads, D);
+    ops_.attention_apply_sinks(op, lse_.data(), local.sinks, rows, local.shape.num_q_heads, D);
     stats_.compute_seconds += now_seconds() - t0;
   }
   if (ulysses) ulysses->gather_heads(out_g_.data(), out, stats_);
@@ -141,8 +147,7 @@ void ContextParallelAttention::attend_sliding(const LayerAttention& spec, const 
   halo_.attend(spec, all_shards_, q, k, v, out, lse_.data(), stats_);
   if (spec.sinks) {
     const double t0 = now_seconds();
-    kernels::attention_apply_sinks(out, lse_.data(), spec.sinks, rows, spec.shape.num_q_heads,
-                                   spec.shape.head_dim);
+    ops_.attention_apply_sinks(out, lse_.data(), spec.sinks, rows, spec.shape.num_q_heads, spec.shape.head_dim);
     stats_.compute_seconds += now_seconds() - t0;
   }
 }
@@ -163,8 +168,7 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
     ring_.attend(spec, shards[me].q.segments, q, blocks, k, v, out, lse_.data(), stats_);
     if (spec.sinks) {
       const double t0 = now_seconds();
-      kernels::attention_apply_sinks(out, lse_.data(), spec.sinks, my_q_rows,
-                                     spec.shape.num_q_heads, D);
+      ops_.attention_apply_sinks(out, lse_.data(), spec.sinks, my_q_rows, spec.shape.num_q_heads, D);
       stats_.compute_seconds += now_seconds() - t0;
     }
     return;
@@ -172,8 +176,8 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
 
   UlyssesRows ulysses(mesh_.ulysses_data(), spec.shape, ulysses_buffers_);
   const HeadSlice& h = ulysses.my_heads();
-  KvCache scratch;
-  KvCache& cache = options_.cache_kv ? kv_cache_[spec.layer] : scratch;
+  KvCache scratch(ops_);
+  KvCache& cache = options_.cache_kv ? kv_cache_.try_emplace(spec.layer, ops_).first->second : scratch;
   const int64_t row_elems = h.nkv * D;
   // Taken out while the call runs: a call that throws leaves the cache empty (fresh next time).
   const std::vector<SequenceShard> old_kv = std::move(cache.kv);
@@ -244,7 +248,7 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
                out_g_.data(), lse_.data(), stats_);
   if (local.sinks) {
     const double t0 = now_seconds();
-    kernels::attention_apply_sinks(out_g_.data(), lse_.data(), local.sinks, group_q_rows, h.nq, D);
+    ops_.attention_apply_sinks(out_g_.data(), lse_.data(), local.sinks, group_q_rows, h.nq, D);
     stats_.compute_seconds += now_seconds() - t0;
   }
   ulysses.gather_heads(out_g_.data(), q_rows, out, stats_);
@@ -271,8 +275,7 @@ void ContextParallelAttention::attend_chunked_sliding(const LayerAttention& spec
   halo_.attend(spec, q_shards, kv_shards, q, k, v, out, lse_.data(), stats_);
   if (spec.sinks) {
     const double t0 = now_seconds();
-    kernels::attention_apply_sinks(out, lse_.data(), spec.sinks, rows, spec.shape.num_q_heads,
-                                   spec.shape.head_dim);
+    ops_.attention_apply_sinks(out, lse_.data(), spec.sinks, rows, spec.shape.num_q_heads, spec.shape.head_dim);
     stats_.compute_seconds += now_seconds() - t0;
   }
 }

@@ -78,6 +78,9 @@ struct CpOptions {
   // moves a few fragments per call, so one call per slice can leave most of it for the final
   // wait; a short burst keeps it moving. With CMA single-copy one call finishes the transfer.
   int progress_tests = 16;
+  // The device's ops the attention kernels and the packing run on, and where the staging
+  // buffers live (null: ops::cpu()); the mesh's data planes must be on the same device.
+  const ops::Backend* ops = nullptr;
 };
 
 class ContextParallelAttention : public model::AttentionRunner {
@@ -105,10 +108,11 @@ class ContextParallelAttention : public model::AttentionRunner {
   // Head-sharded K/V of this rank's Ulysses group for one full-attention layer, kept between
   // chunked calls.
   struct KvCache {
+    explicit KvCache(const ops::Backend& ops) : k(ops), v(ops) {}
     std::vector<model::SequenceShard> kv;      // every rank's K/V shard at the last call
     std::vector<std::vector<Segment>> blocks;  // per group (ring rank): positions of its rows
     int64_t row_elems = 0;                     // nkv · D
-    std::vector<float> k, v;                   // [rows of blocks[my ring rank], nkv, D]
+    ops::DeviceBuffer k, v;                    // [rows of blocks[my ring rank], nkv, D]
   };
   void attend_chunked_full(const model::LayerAttention& spec,
                            const std::vector<RankShards>& shards, const float* q, const float* k,
@@ -125,12 +129,13 @@ class ContextParallelAttention : public model::AttentionRunner {
 
   Mesh& mesh_;
   CpOptions options_;
+  const ops::Backend& ops_;
   CpStats stats_;
   std::unique_ptr<ZigzagLayout> layout_;
   std::vector<model::SequenceShard> all_shards_;
   RingAttention ring_;
   HaloExchange halo_;
-  std::vector<float> q_g_, k_g_, v_g_, out_g_, lse_;
+  ops::DeviceBuffer q_g_, k_g_, v_g_, out_g_, lse_;
   UlyssesBuffers ulysses_buffers_;  // all-to-all staging, reused by every layer and prefill
   std::map<int, KvCache> kv_cache_;  // by layer
 };

@@ -133,20 +133,20 @@ void HaloExchange::attend(const model::LayerAttention& spec,
   }
 
   // Sends: for every other rank, the rows of its need that I hold, packed [K rows | V rows].
-  send_.resize(P);
+  while (int(send_.size()) < P) send_.emplace_back(ops_);
   for (int j = 0; j < P; ++j) {
     if (j == me) continue;
     const std::vector<HeldPiece> part =
         held_part(halo_needed(q_shards[j], kv_shards[j], spec.mask.window), my_kv);
     if (part.empty()) continue;
     const int64_t n = total_length(part);
-    std::vector<float>& buf = send_[j];
+    ops::DeviceBuffer& buf = send_[j];
     buf.resize(size_t(2 * n * row_elems));
     int64_t r = 0;
     for (const HeldPiece& p : part) {
-      const size_t bytes = size_t(p.seg.length * row_elems) * sizeof(float);
-      std::memcpy(buf.data() + r * row_elems, k + p.row * row_elems, bytes);
-      std::memcpy(buf.data() + (n + r) * row_elems, v + p.row * row_elems, bytes);
+      const int64_t elems = p.seg.length * row_elems;
+      ops_.copy(buf.data() + r * row_elems, k + p.row * row_elems, elems);
+      ops_.copy(buf.data() + (n + r) * row_elems, v + p.row * row_elems, elems);
       r += p.seg.length;
     }
     reqs.push_back(comm_.isend(buf.data(), size_t(n * row_elems), j, Tag::Halo));
@@ -160,7 +160,7 @@ void HaloExchange::attend(const model::LayerAttention& spec,
     for (int i = 0; i < progress_tests_ && !reqs.empty() && completed == 0; ++i)
         if (test_all(reqs)) completed = now_seconds();
   };
-  reset_attention_state(out, lse, my_q.local_tokens(), Hq, D);
+  reset_attention_state(ops_, out, lse, my_q.local_tokens(), Hq, D);
   row = 0;
   for (const Segment& qs : my_q.segments) {
     block_.accumulate(spec, q + row * Hq * D, qs, k, v, my_kv.segments, out + row * Hq * D,

@@ -36,8 +36,9 @@ inline std::vector<model::Segment> halo_needed(const model::SequenceShard& shard
 
 class HaloExchange {
  public:
-  HaloExchange(DataPlane& comm, int64_t slice_rows, int progress_tests = 16)
-      : comm_(comm), block_(slice_rows), progress_tests_(progress_tests) {}
+  // Buffers on the data plane's device; kernels and packing run on `ops` (the same device).
+  HaloExchange(DataPlane& comm, int64_t slice_rows, int progress_tests = 16, const ops::Backend& ops = ops::cpu())
+      : comm_(comm), ops_(ops), block_(slice_rows, ops), progress_tests_(progress_tests), halo_k_(ops), halo_v_(ops) {}
 
   // shards: every rank's tokens, indexed by rank in `comm`. q [rows, Hq, D], k/v [rows, Hkv, D]:
   // this rank's rows (shards[comm.rank()]). out [rows, Hq, D], lse [rows, Hq]: attention over
@@ -56,10 +57,11 @@ class HaloExchange {
 
  private:
   DataPlane& comm_;
+  const ops::Backend& ops_;
   BlockAttention block_;
   int progress_tests_;
-  std::vector<float> halo_k_, halo_v_;
-  std::vector<std::vector<float>> send_;
+  ops::DeviceBuffer halo_k_, halo_v_;
+  std::vector<ops::DeviceBuffer> send_;
 };
 
 }  // namespace slope::parallel

@@ -23,7 +23,7 @@ void RingAttention::attend(const model::LayerAttention& spec,
   const int64_t Hq = spec.shape.num_q_heads, Hkv = spec.shape.num_kv_heads, D = spec.shape.head_dim;
   int64_t q_rows = 0;
   for (const Segment& s : q_segments) q_rows += s.length;
-  reset_attention_state(out, lse, q_rows, Hq, D);
+  reset_attention_state(ops_, out, lse, q_rows, Hq, D);
 
   std::vector<int64_t> block_rows(R, 0);
   int64_t max_rows = 0;

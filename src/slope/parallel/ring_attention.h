@@ -28,8 +28,9 @@ class RingAttention {
  public:
   // ring: size R, ranks ordered by ring rank; the K/V blocks are its buffers. slice_rows: query
   // rows between progress polls. progress_tests: MPI_Test rounds per poll (see CpOptions).
-  RingAttention(DataPlane& ring, int64_t slice_rows, int progress_tests = 16)
-      : ring_(ring), block_(slice_rows), progress_tests_(progress_tests) {}
+  // Kernels run on `ops`, the data plane's device.
+  RingAttention(DataPlane& ring, int64_t slice_rows, int progress_tests = 16, const ops::Backend& ops = ops::cpu())
+      : ring_(ring), ops_(ops), block_(slice_rows, ops), progress_tests_(progress_tests), buf_{ops::DeviceBuffer(ops), ops::DeviceBuffer(ops)} {}
 
   // spec: the heads this rank computes (after Ulysses, its slice).
   // q [rows, Hq, D], k/v [rows, Hkv, D]: the rows of layout.ring_shard(my ring rank).
@@ -48,9 +49,10 @@ class RingAttention {
 
  private:
   DataPlane& ring_;
+  const ops::Backend& ops_;
   BlockAttention block_;
   int progress_tests_;
-  std::vector<float> buf_[2];  // [K rows·Hkv·D | V rows·Hkv·D] of the block in flight
+  ops::DeviceBuffer buf_[2];  // [K rows·Hkv·D | V rows·Hkv·D] of the block in flight
 };
 
 }  // namespace slope::parallel

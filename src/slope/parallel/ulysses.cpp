@@ -48,25 +48,38 @@ AlltoallPlan plan_alltoall(int U, SendCount send_count, RecvCount recv_count) {
 
 // Packs the send buffer of a head scatter: for each rank j at send[displs[j]], my q rows with
 // j's query heads [q_rows, nq_j, D], then my k and v rows with j's KV heads [kv_rows, nkv_j, D].
-void pack_heads(const std::vector<HeadSlice>& heads, const std::vector<int64_t>& displs, const float* q,
-                int64_t q_rows, const float* k, const float* v, int64_t kv_rows, int64_t Hq, int64_t Hkv,
-                int64_t D, float* send) {
+void pack_heads(const ops::Backend& ops, const std::vector<HeadSlice>& heads, const std::vector<int64_t>& displs,
+                const float* q, int64_t q_rows, const float* k, const float* v, int64_t kv_rows, int64_t Hq,
+                int64_t Hkv, int64_t D, float* send) {
   for (size_t j = 0; j < heads.size(); ++j) {
     const HeadSlice& h = heads[j];
     float* dst = send + displs[j];
-    for (int64_t i = 0; i < q_rows; ++i, dst += h.nq * D)
-      std::memcpy(dst, q + (i * Hq + h.q0) * D, size_t(h.nq * D) * sizeof(float));
-    for (const float* src : {k, v})
-      for (int64_t i = 0; i < kv_rows; ++i, dst += h.nkv * D)
-        std::memcpy(dst, src + (i * Hkv + h.kv0) * D, size_t(h.nkv * D) * sizeof(float));
+    ops.copy_columns(q, q_rows, Hq * D, h.q0 * D, h.nq * D, dst);
+    dst += q_rows * h.nq * D;
+    for (const float* src : {k, v}) {
+      ops.copy_columns(src, kv_rows, Hkv * D, h.kv0 * D, h.nkv * D, dst);
+      dst += kv_rows * h.nkv * D;
+    }
   }
+}
+
+// out [rows, Hq, D]: the columns of heads [h.q0, h.q0 + h.nq) <- src [rows, h.nq, D].
+void unpack_heads(const ops::Backend& ops, const HeadSlice& h, const float* src, int64_t rows, int64_t Hq,
+                  int64_t D, float* out) {
+  ops.copy_columns(src, rows, h.nq * D, 0, h.nq * D, out + h.q0 * D, /*dst_stride=*/Hq * D);
 }
 
 }  // namespace
 
 UlyssesExchange::UlyssesExchange(DataPlane& comm, const ZigzagLayout& layout, int ring_rank,
                                  const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
-    : comm_(comm), layout_(layout), ring_rank_(ring_rank), shape_(shape), send_(buffers.send), recv_(buffers.recv) {
+    : comm_(comm),
+      layout_(layout),
+      ring_rank_(ring_rank),
+      shape_(shape),
+      send_(buffers.send),
+      recv_(buffers.recv),
+      ops_(buffers.send.backend()) {
   const int U = comm.size();
   SLOPE_CHECK(U == layout.shape().ulysses, "Ulysses group of ", U, " ranks for a mesh with U=",
               layout.shape().ulysses);
@@ -94,9 +107,8 @@ int64_t UlyssesExchange::group_row(int s, int j) const {
   return row;
 }
 
-void UlyssesExchange::scatter_heads(const float* q, const float* k, const float* v,
-                                    std::vector<float>& q_g, std::vector<float>& k_g,
-                                    std::vector<float>& v_g, CpStats& stats) {
+void UlyssesExchange::scatter_heads(const float* q, const float* k, const float* v, ops::DeviceBuffer& q_g,
+                                    ops::DeviceBuffer& k_g, ops::DeviceBuffer& v_g, CpStats& stats) {
   const int U = comm_.size(), me = comm_.rank();
   const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads;
   const int64_t my_rows = rows_[me];
@@ -109,7 +121,7 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
                     [&](int j) { return rows_[j] * (mine.nq + 2 * mine.nkv) * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
-  pack_heads(heads_, sd, q, my_rows, k, v, my_rows, Hq, Hkv, D, send_.data());
+  pack_heads(ops_, heads_, sd, q, my_rows, k, v, my_rows, Hq, Hkv, D, send_.data());
   stats.compute_seconds += now_seconds() - t0;
 
   t0 = now_seconds();
@@ -127,12 +139,9 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
     int64_t i0 = 0;  // row within rank j's buffer
     for (int s = 0; s < int(layout_.ring_segments(ring_rank_).size()); ++s) {
       const int64_t len = layout_.piece(ring_rank_, s, j).length, g = group_row(s, j);
-      std::memcpy(q_g.data() + g * mine.nq * D, src + i0 * mine.nq * D,
-                  size_t(len * mine.nq * D) * sizeof(float));
-      std::memcpy(k_g.data() + g * mine.nkv * D, src + qn + i0 * mine.nkv * D,
-                  size_t(len * mine.nkv * D) * sizeof(float));
-      std::memcpy(v_g.data() + g * mine.nkv * D, src + qn + kn + i0 * mine.nkv * D,
-                  size_t(len * mine.nkv * D) * sizeof(float));
+      ops_.copy(q_g.data() + g * mine.nq * D, src + i0 * mine.nq * D, len * mine.nq * D);
+      ops_.copy(k_g.data() + g * mine.nkv * D, src + qn + i0 * mine.nkv * D, len * mine.nkv * D);
+      ops_.copy(v_g.data() + g * mine.nkv * D, src + qn + kn + i0 * mine.nkv * D, len * mine.nkv * D);
       i0 += len;
     }
   }
@@ -155,7 +164,7 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
     float* dst = send_.data() + sd[j];
     for (int s = 0; s < int(layout_.ring_segments(ring_rank_).size()); ++s) {
       const int64_t len = layout_.piece(ring_rank_, s, j).length, g = group_row(s, j);
-      std::memcpy(dst, out_g + g * mine.nq * D, size_t(len * mine.nq * D) * sizeof(float));
+      ops_.copy(dst, out_g + g * mine.nq * D, len * mine.nq * D);
       dst += len * mine.nq * D;
     }
   }
@@ -166,17 +175,12 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
   stats.comm_seconds += now_seconds() - t0;
 
   t0 = now_seconds();
-  for (int j = 0; j < U; ++j) {
-    const HeadSlice& h = heads_[j];
-    const float* src = recv_.data() + rd[j];
-    for (int64_t i = 0; i < rows_[me]; ++i, src += h.nq * D)
-      std::memcpy(out + (i * Hq + h.q0) * D, src, size_t(h.nq * D) * sizeof(float));
-  }
+  for (int j = 0; j < U; ++j) unpack_heads(ops_, heads_[j], recv_.data() + rd[j], rows_[me], Hq, D, out);
   stats.compute_seconds += now_seconds() - t0;
 }
 
 UlyssesRows::UlyssesRows(DataPlane& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
-    : comm_(comm), shape_(shape), send_(buffers.send), recv_(buffers.recv) {
+    : comm_(comm), shape_(shape), send_(buffers.send), recv_(buffers.recv), ops_(buffers.send.backend()) {
   const int U = comm.size();
   const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads;
   SLOPE_CHECK(Hq % U == 0 && (Hkv % U == 0 || U % Hkv == 0), "--ulysses ", U, " cannot split ",
@@ -198,7 +202,7 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
                     [&](int j) { return (q_rows[j] * mine.nq + 2 * kv_rows[j] * mine.nkv) * D; });
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
-  pack_heads(heads_, sd, q, q_rows[me], k, v, kv_rows[me], Hq, Hkv, D, send_.data());
+  pack_heads(ops_, heads_, sd, q, q_rows[me], k, v, kv_rows[me], Hq, Hkv, D, send_.data());
   stats.compute_seconds += now_seconds() - t0;
 
   t0 = now_seconds();
@@ -210,10 +214,10 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
   int64_t qr = 0, kr = 0;
   for (int j = 0; j < U; ++j) {
     const float* src = recv_.data() + rd[j];
-    const size_t qn = size_t(q_rows[j] * mine.nq * D), kn = size_t(kv_rows[j] * mine.nkv * D);
-    std::memcpy(q_g + qr * mine.nq * D, src, qn * sizeof(float));
-    std::memcpy(k_g + kr * mine.nkv * D, src + qn, kn * sizeof(float));
-    std::memcpy(v_g + kr * mine.nkv * D, src + qn + kn, kn * sizeof(float));
+    const int64_t qn = q_rows[j] * mine.nq * D, kn = kv_rows[j] * mine.nkv * D;
+    ops_.copy(q_g + qr * mine.nq * D, src, qn);
+    ops_.copy(k_g + kr * mine.nkv * D, src + qn, kn);
+    ops_.copy(v_g + kr * mine.nkv * D, src + qn + kn, kn);
     qr += q_rows[j];
     kr += kv_rows[j];
   }
@@ -236,12 +240,7 @@ void UlyssesRows::gather_heads(const float* out_g, const std::vector<int64_t>& q
   stats.comm_seconds += now_seconds() - t0;
 
   t0 = now_seconds();
-  for (int j = 0; j < U; ++j) {
-    const HeadSlice& h = heads_[j];
-    const float* src = recv_.data() + rd[j];
-    for (int64_t i = 0; i < q_rows[me]; ++i, src += h.nq * D)
-      std::memcpy(out + (i * Hq + h.q0) * D, src, size_t(h.nq * D) * sizeof(float));
-  }
+  for (int j = 0; j < U; ++j) unpack_heads(ops_, heads_[j], recv_.data() + rd[j], q_rows[me], Hq, D, out);
   stats.compute_seconds += now_seconds() - t0;
 }
 

@@ -29,8 +29,10 @@ HeadSlice ulysses_heads(int u, int U, int64_t num_q_heads, int64_t num_kv_heads)
 
 // Staging buffers of the all-to-alls, owned by the caller and kept across layers and prefills:
 // grown to the largest exchange, never shrunk, so that no layer call takes fresh pages.
+// They live on the backend's device, and the exchanges' packing runs there.
 struct UlyssesBuffers {
-  std::vector<float> send, recv;
+  explicit UlyssesBuffers(const ops::Backend& ops = ops::cpu()) : send(ops), recv(ops) {}
+  ops::DeviceBuffer send, recv;
 };
 
 class UlyssesExchange {
@@ -45,8 +47,8 @@ class UlyssesExchange {
 
   // q [my_rows, Hq, D], k/v [my_rows, Hkv, D] ->
   // q_g [group_rows, nq, D], k_g/v_g [group_rows, nkv, D] (resized).
-  void scatter_heads(const float* q, const float* k, const float* v, std::vector<float>& q_g,
-                     std::vector<float>& k_g, std::vector<float>& v_g, CpStats& stats);
+  void scatter_heads(const float* q, const float* k, const float* v, ops::DeviceBuffer& q_g,
+                     ops::DeviceBuffer& k_g, ops::DeviceBuffer& v_g, CpStats& stats);
   // out_g [group_rows, nq, D] -> out [my_rows, Hq, D].
   void gather_heads(const float* out_g, float* out, CpStats& stats);
 
@@ -61,8 +63,9 @@ class UlyssesExchange {
   std::vector<HeadSlice> heads_;
   std::vector<int64_t> rows_;  // rows held by each Ulysses rank
   int64_t group_rows_ = 0;
-  std::vector<float>& send_;
-  std::vector<float>& recv_;
+  ops::DeviceBuffer& send_;
+  ops::DeviceBuffer& recv_;
+  const ops::Backend& ops_;
 };
 
 // The same exchange for any rows (chunked prefill): rank j contributes q_rows[j] query rows and
@@ -88,8 +91,9 @@ class UlyssesRows {
   DataPlane& comm_;
   kernels::AttentionShape shape_;
   std::vector<HeadSlice> heads_;
-  std::vector<float>& send_;
-  std::vector<float>& recv_;
+  ops::DeviceBuffer& send_;
+  ops::DeviceBuffer& recv_;
+  const ops::Backend& ops_;
 };
 
 }  // namespace slope::parallel
