@@ -80,7 +80,7 @@ int main(int argc, char** argv) {
 
     // 2. Ring attention, full causal layer.
     ContextParallelAttention cp(mesh, CpOptions{.progress_rows = progress_rows, .progress_tests = progress_tests});
-    model::LayerAttention spec;
+    ops::LayerAttention spec;
     spec.shape = {hq, hkv, dim};
     spec.scale = 1.f / std::sqrt(float(dim));
     std::vector<double> wait, comp, total;

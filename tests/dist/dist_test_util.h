@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 
 namespace slope::dist_test {
 
@@ -22,7 +22,7 @@ inline std::vector<float> random_vec(std::mt19937& rng, int64_t n, float lo, flo
 
 // Rows of `full` [N, row_elems] at the shard's positions, in buffer order.
 inline std::vector<float> gather_rows(const std::vector<float>& full,
-                                      const model::SequenceShard& shard, int64_t row_elems) {
+                                      const ops::SequenceShard& shard, int64_t row_elems) {
   std::vector<float> out;
   out.reserve(size_t(shard.local_tokens() * row_elems));
   for (int64_t p : shard.positions())

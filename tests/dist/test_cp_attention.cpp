@@ -18,7 +18,7 @@
 
 #include "dist_test_util.h"
 #include "slope/core/error.h"
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/parallel/cp_attention.h"
 #include "slope/parallel/gather.h"
 #include "slope/parallel/mpi_comm.h"
@@ -83,7 +83,7 @@ double run_case(const Args& a, Mesh& mesh, ContextParallelAttention& cp, int64_t
   std::vector<float> v = random_vec(rng, n * a.hkv * D, -1.f, 1.f);
   std::vector<float> sinks = random_vec(rng, a.hq, -2.f, 2.f);
 
-  model::LayerAttention spec;
+  ops::LayerAttention spec;
   spec.shape = {a.hq, a.hkv, D};
   spec.mask.causal = true;
   spec.mask.window = window;
@@ -92,11 +92,11 @@ double run_case(const Args& a, Mesh& mesh, ContextParallelAttention& cp, int64_t
 
   // Single-rank reference over the whole sequence.
   std::vector<float> ref(size_t(n * a.hq * D));
-  model::LocalAttention local;
-  const model::SequenceShard whole = model::SequenceShard::whole(n);
+  ops::LocalAttention local;
+  const ops::SequenceShard whole = ops::SequenceShard::whole(n);
   local.attend(spec, q.data(), whole, k.data(), v.data(), whole, ref.data());
 
-  const model::SequenceShard shard = my_shard(mesh, n);
+  const ops::SequenceShard shard = my_shard(mesh, n);
   std::vector<float> q_mine = gather_rows(q, shard, a.hq * D);
   std::vector<float> k_mine = gather_rows(k, shard, a.hkv * D);
   std::vector<float> v_mine = gather_rows(v, shard, a.hkv * D);
@@ -114,7 +114,7 @@ double run_case(const Args& a, Mesh& mesh, ContextParallelAttention& cp, int64_t
     }
   }
   // The rows gathered on rank 0 in sequence order are the whole reference output.
-  const std::vector<model::SequenceShard> shards = ZigzagLayout(n, mesh.shape()).all_shards();
+  const std::vector<ops::SequenceShard> shards = ZigzagLayout(n, mesh.shape()).all_shards();
   const std::vector<float> full = gather_sequence(mesh.world(), shards, out.data(), a.hq * D, 0);
   if (mesh.world().rank() == 0) {
     if (full.size() != ref.size()) err[0] = 1e30;

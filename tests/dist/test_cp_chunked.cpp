@@ -21,14 +21,14 @@
 
 #include "dist_test_util.h"
 #include "slope/core/error.h"
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/parallel/cp_attention.h"
 #include "slope/parallel/mpi_comm.h"
 
 using namespace slope;
 using namespace slope::parallel;
-using model::Segment;
-using model::SequenceShard;
+using ops::Segment;
+using ops::SequenceShard;
 
 namespace {
 
@@ -87,7 +87,7 @@ Args parse(int argc, char** argv) {
 }
 
 struct Layer {
-  model::LayerAttention spec;
+  ops::LayerAttention spec;
   std::vector<float> q, k, v, sinks, ref;  // whole sequence
 };
 
@@ -111,7 +111,7 @@ double run_prompt(const Args& a, Mesh& mesh, ContextParallelAttention& cp, Case 
     L.spec.scale = 1.f / std::sqrt(float(D)) * 2.f;  // sharper softmax than 1/√D
     L.spec.sinks = sinks ? L.sinks.data() : nullptr;
     L.ref.resize(size_t(n * a.hq * D));
-    model::LocalAttention local;
+    ops::LocalAttention local;
     const SequenceShard whole = SequenceShard::whole(n);
     local.attend(L.spec, L.q.data(), whole, L.k.data(), L.v.data(), whole, L.ref.data());
     for (float x : L.ref) ref_max = std::max(ref_max, double(std::fabs(x)));
@@ -146,7 +146,7 @@ bool refuses_missing_keys(const Args& a, Mesh& mesh, ContextParallelAttention& c
   const SequenceShard q_shard = my_chunk_shard(mesh, {32, 32}, n);  // chunk 1, kv = chunk 1 only
   std::vector<float> q(size_t(q_shard.local_tokens() * a.hq * D), 0.f);
   std::vector<float> kv(size_t(q_shard.local_tokens() * a.hkv * D), 0.f), out(q.size());
-  model::LayerAttention spec;
+  ops::LayerAttention spec;
   spec.shape = {a.hq, a.hkv, D};
   spec.mask.causal = true;
   int64_t refused = 0;

@@ -35,7 +35,7 @@
 #include "slope/engine/distributed.h"
 #include "slope/engine/engine.h"
 #include "slope/engine/prefill.h"
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/ops/backend.h"
 #include "slope/parallel/data_plane.h"
 #include "slope/parallel/mpi_comm.h"
@@ -278,10 +278,10 @@ int main(int argc, char** argv) {
         engine::gather_kv(out.results[b], out.kv.first_layer, out.kv.kv_head0, cfg, *world, k, v);
         if (rank != 0) continue;
         const std::vector<int32_t>& ids = req.prompts[b];
-        model::LocalAttention local;
+        ops::LocalAttention local;
         engine::PrefillOptions po;
         const engine::PrefillResult one = engine::prefill(
-            *reference, ids, model::SequenceShard::whole(int64_t(ids.size())), local, po);
+            *reference, ids, ops::SequenceShard::whole(int64_t(ids.size())), local, po);
         const std::string what = str_cat("prompt of ", ids.size(), " tokens");
         const double le = engine::relative_error(out.results[b].logits.data(), one.logits.data(), V);
         double kve = 0;

@@ -28,7 +28,7 @@
 #include "slope/kernels/moe.h"
 #include "slope/kernels/norm.h"
 #include "slope/kernels/rope.h"
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/model/layers.h"
 #include "slope/model/model.h"
 #include "slope/planner/cost_model.h"
@@ -119,8 +119,8 @@ double real_layer_seconds(const model::Model& m, int64_t rows, int reps) {
   model::LayerContext ctx = m.layer_context(rows, &times);
   model::LayerBuffers buffers;
   ctx.buffers = &buffers;
-  model::LocalAttention runner;
-  const model::SequenceShard shard = model::SequenceShard::whole(rows);
+  ops::LocalAttention runner;
+  const ops::SequenceShard shard = ops::SequenceShard::whole(rows);
   // The residual stream of random tokens, as a run starts it (routing then spreads tokens over
   // the experts as it does in a run).
   std::vector<float> h0(size_t(rows * c.hidden_size));

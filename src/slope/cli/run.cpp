@@ -120,11 +120,11 @@ CheckResult check_against_one_rank(const model::Model& model, const std::vector<
                                    const engine::PrefillResult& mesh_result,
                                    const std::vector<Tensor>& k, const std::vector<Tensor>& v,
                                    int64_t chunk, CheckTolerance tol) {
-  model::LocalAttention local;
+  ops::LocalAttention local;
   engine::PrefillOptions po;
   po.chunk_tokens = chunk;
   engine::PrefillResult one =
-      engine::prefill(model, tokens, model::SequenceShard::whole(int64_t(tokens.size())), local, po);
+      engine::prefill(model, tokens, ops::SequenceShard::whole(int64_t(tokens.size())), local, po);
   CheckResult c;
   c.logits_rel_err = engine::relative_error(mesh_result.logits.data(), one.logits.data(),
                                             int64_t(one.logits.size()));

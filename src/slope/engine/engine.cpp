@@ -68,7 +68,7 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
     cp_ = r.get();
     runner_ = std::move(r);
   } else {
-    runner_ = std::make_unique<model::LocalAttention>(model_->ops());
+    runner_ = std::make_unique<ops::LocalAttention>(model_->ops());
   }
 }
 

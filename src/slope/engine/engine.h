@@ -111,7 +111,7 @@ class PrefillEngine {
   parallel::Communicator& world_;
   std::unique_ptr<Topology> topo_;
   std::unique_ptr<model::Model> model_;
-  std::unique_ptr<model::AttentionRunner> runner_;
+  std::unique_ptr<ops::AttentionRunner> runner_;
   parallel::ContextParallelAttention* cp_ = nullptr;  // runner_ when context-parallel
   model::LayerBuffers buffers_;                       // per-layer buffers kept across prefills
   std::vector<int> stage_bounds_;

@@ -16,15 +16,15 @@ struct PromptState {
   PrefillResult result;
   int64_t rows_done = 0;            // rows of this prompt's KV cache filled so far
   std::vector<int64_t> chunk_rows;  // this rank's row count per chunk
-  std::vector<model::SequenceShard> chunk_shards;
+  std::vector<ops::SequenceShard> chunk_shards;
 };
 
-model::SequenceShard concat(const std::vector<model::SequenceShard>& parts, int64_t total,
+ops::SequenceShard concat(const std::vector<ops::SequenceShard>& parts, int64_t total,
                             size_t count) {
-  model::SequenceShard s;
+  ops::SequenceShard s;
   s.total_tokens = total;
   for (size_t i = 0; i < count; ++i)
-    for (const model::Segment& seg : parts[i].segments)
+    for (const ops::Segment& seg : parts[i].segments)
       if (seg.length > 0) s.segments.push_back(seg);
   return s;
 }
@@ -55,7 +55,7 @@ constexpr int64_t kAllFinite = std::numeric_limits<int64_t>::max();
 std::vector<PrefillResult> run_prefill(const model::Model& model,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int64_t chunk_tokens, const StagePlan& plan,
-                                       model::AttentionRunner& runner, const PrefillOptions& opts,
+                                       ops::AttentionRunner& runner, const PrefillOptions& opts,
                                        PipelineTimes* times) {
   const model::ModelConfig& c = model.config();
   const int64_t H = c.hidden_size, D = c.head_dim, Hkv = model.slice().kv_heads;
@@ -70,9 +70,9 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     const int64_t n = int64_t(prompts[b].size());
     const int64_t chunk = chunk_tokens > 0 ? chunk_tokens : n;
     for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-      const model::Segment seg{c0, std::min(chunk, n - c0)};
-      model::SequenceShard rows = plan.rows_of_chunk ? plan.rows_of_chunk(seg, n)
-                                                     : model::SequenceShard{n, {seg}};
+      const ops::Segment seg{c0, std::min(chunk, n - c0)};
+      ops::SequenceShard rows = plan.rows_of_chunk ? plan.rows_of_chunk(seg, n)
+                                                     : ops::SequenceShard{n, {seg}};
       st[b].chunk_rows.push_back(rows.local_tokens());
       st[b].chunk_shards.push_back(std::move(rows));
     }
@@ -108,7 +108,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     ctx.times = &r.times;
     ctx.tp_allreduce = plan.tp_allreduce;
     for (size_t ci = 0; ci < ps.chunk_shards.size(); ++ci) {
-      const model::SequenceShard& rows = ps.chunk_shards[ci];
+      const ops::SequenceShard& rows = ps.chunk_shards[ci];
       const int64_t m = rows.local_tokens();
       Tensor h = ops.alloc({m, H}, DType::F32);  // [m, H] this chunk's residual stream on this rank
       if (first_stage) {
@@ -125,7 +125,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
         pt.recv_wait_seconds += now_seconds() - tw;
         pt.bytes_received += m * H * int64_t(sizeof(float));
       }
-      const model::SequenceShard kv_shard = concat(ps.chunk_shards, rows.total_tokens, ci + 1);
+      const ops::SequenceShard kv_shard = concat(ps.chunk_shards, rows.total_tokens, ci + 1);
       for (int l = model.first_layer(); l < model.last_layer(); ++l) {
         const int li = l - model.first_layer();
         model::decoder_layer_forward(ctx, l, model.layer(l), h.data<float>(), rows, runner,

@@ -31,7 +31,7 @@ struct StagePlan {
   int next_rank = -1;
   // This rank's rows of a chunk [start, start + length) of a prompt of total_tokens tokens.
   // Default: the whole chunk.
-  std::function<model::SequenceShard(model::Segment chunk, int64_t total_tokens)> rows_of_chunk;
+  std::function<ops::SequenceShard(ops::Segment chunk, int64_t total_tokens)> rows_of_chunk;
   // Tensor parallelism: sum partial results over the tensor group (empty: none).
   model::AllReduceFn tp_allreduce;
   // False on ranks whose logits would duplicate another's (tensor ranks other than 0).
@@ -59,7 +59,7 @@ struct PipelineTimes {
 std::vector<PrefillResult> run_prefill(const model::Model& model,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int64_t chunk_tokens, const StagePlan& plan,
-                                       model::AttentionRunner& runner, const PrefillOptions& opts,
+                                       ops::AttentionRunner& runner, const PrefillOptions& opts,
                                        PipelineTimes* times = nullptr);
 
 // Contiguous layer ranges for `stages` pipeline stages that balance the predicted cost of a

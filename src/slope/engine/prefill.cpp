@@ -12,12 +12,12 @@
 namespace slope::engine {
 
 PrefillResult prefill(const model::Model& model, const std::vector<int32_t>& tokens,
-                      const model::SequenceShard& shard, model::AttentionRunner& runner,
+                      const ops::SequenceShard& shard, ops::AttentionRunner& runner,
                       const PrefillOptions& opts) {
   SLOPE_CHECK(shard.total_tokens == int64_t(tokens.size()), "shard covers ", shard.total_tokens,
               " tokens but the prompt has ", tokens.size());
   StagePlan plan;  // one stage, one chunk: this rank's rows are `shard`
-  plan.rows_of_chunk = [&](model::Segment, int64_t) { return shard; };
+  plan.rows_of_chunk = [&](ops::Segment, int64_t) { return shard; };
   return std::move(run_prefill(model, {tokens}, 0, plan, runner, opts)[0]);
 }
 

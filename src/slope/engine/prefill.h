@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "slope/core/tensor.h"
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/model/flops.h"
 #include "slope/model/model.h"
 
@@ -39,7 +39,7 @@ struct TopLogprob {
 };
 
 struct PrefillResult {
-  model::SequenceShard shard;  // the rows this rank computed
+  ops::SequenceShard shard;  // the rows this rank computed
   // Set on the rank that holds the last position only.
   bool has_logits = false;
   std::vector<float> logits;  // [vocab] f32
@@ -53,7 +53,7 @@ struct PrefillResult {
 
 // tokens: the whole prompt (already validated); shard: which of its positions this rank holds.
 PrefillResult prefill(const model::Model& model, const std::vector<int32_t>& tokens,
-                      const model::SequenceShard& shard, model::AttentionRunner& runner,
+                      const ops::SequenceShard& shard, ops::AttentionRunner& runner,
                       const PrefillOptions& opts = {});
 
 // Greedy token and the top-k log-probabilities (log-softmax in double) of a logits row.

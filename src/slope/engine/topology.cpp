@@ -101,7 +101,7 @@ StagePlan Topology::stage_plan() const {
   if (cp_mesh_) {
     // Each chunk is sharded zigzag over the stage's ring x ulysses group, positions global.
     const parallel::Mesh* mesh = cp_mesh_.get();
-    p.rows_of_chunk = [mesh](model::Segment chunk, int64_t total) {
+    p.rows_of_chunk = [mesh](ops::Segment chunk, int64_t total) {
       return parallel::my_chunk_shard(*mesh, chunk, total);
     };
   }

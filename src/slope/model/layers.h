@@ -10,10 +10,18 @@
 #include "slope/core/tensor.h"
 #include "slope/kernels/gemm.h"
 #include "slope/ops/backend.h"
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/model/config.h"
 
 namespace slope::model {
+
+// The attention seam and the sequence types live below the model, in ops/, where the parallel
+// runners reach them too.
+using ops::AttentionRunner;
+using ops::LayerAttention;
+using ops::LocalAttention;
+using ops::Segment;
+using ops::SequenceShard;
 
 struct AttentionWeights {
   ops::Linear qkv;  // fused [Hq·D + 2·Hkv·D, H] (rows: q, then k, then v), biases included

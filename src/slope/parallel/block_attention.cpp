@@ -7,14 +7,14 @@
 
 namespace slope::parallel {
 
-using model::Segment;
+using ops::Segment;
 
 void reset_attention_state(const ops::Backend& ops, float* out, float* lse, int64_t n, int64_t H, int64_t D) {
   ops.fill(out, n * H * D, 0.f);
   ops.fill(lse, n * H, -std::numeric_limits<float>::infinity());
 }
 
-bool BlockAttention::accumulate(const model::LayerAttention& spec, const float* q, Segment q_seg,
+bool BlockAttention::accumulate(const ops::LayerAttention& spec, const float* q, Segment q_seg,
                                 const float* k, const float* v,
                                 const std::vector<Segment>& kv_segments, float* acc_out,
                                 float* acc_lse, const std::function<void()>& progress,
@@ -35,7 +35,7 @@ bool BlockAttention::accumulate(const model::LayerAttention& spec, const float* 
     for (const Segment& s : kv_segments) visible = visible || any_visible(spec.mask, slice, s);
     if (visible) {
       const double t0 = now_seconds();
-      model::attend_segments(ops_, spec, q + r0 * Hq * D, slice, k, v, kv_segments, part_out_.data(),
+      ops::attend_segments(ops_, spec, q + r0 * Hq * D, slice, k, v, kv_segments, part_out_.data(),
                              part_lse_.data());
       ops_.attention_merge(acc_out + r0 * Hq * D, acc_lse + r0 * Hq, part_out_.data(), part_lse_.data(), n, Hq, D);
       stats.compute_seconds += now_seconds() - t0;

@@ -17,7 +17,7 @@
 #include <functional>
 #include <vector>
 
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 
 namespace slope::parallel {
 
@@ -38,7 +38,7 @@ struct CpStats {
 };
 
 // True if some query in q_seg can see some key in kv_seg under the mask.
-using model::any_visible;
+using ops::any_visible;
 
 class BlockAttention {
  public:
@@ -49,8 +49,8 @@ class BlockAttention {
   // acc_out [q_seg.length, Hq, D], acc_lse [q_seg.length, Hq] <- merge(acc, attention of
   // q [q_seg.length, Hq, D] against k, v [Σ kv_segments, Hkv, D]). Returns false (and does
   // nothing) if no key of the block is visible to any query of q_seg.
-  bool accumulate(const model::LayerAttention& spec, const float* q, model::Segment q_seg,
-                  const float* k, const float* v, const std::vector<model::Segment>& kv_segments,
+  bool accumulate(const ops::LayerAttention& spec, const float* q, ops::Segment q_seg,
+                  const float* k, const float* v, const std::vector<ops::Segment>& kv_segments,
                   float* acc_out, float* acc_lse, const std::function<void()>& progress,
                   CpStats& stats);
 

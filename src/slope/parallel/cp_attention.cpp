@@ -6,9 +6,9 @@
 
 namespace slope::parallel {
 
-using model::LayerAttention;
-using model::Segment;
-using model::SequenceShard;
+using ops::LayerAttention;
+using ops::Segment;
+using ops::SequenceShard;
 
 namespace {
 

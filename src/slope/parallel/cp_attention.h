@@ -53,7 +53,7 @@
 #include <memory>
 #include <vector>
 
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/parallel/block_attention.h"
 #include "slope/parallel/halo_exchange.h"
 #include "slope/parallel/mesh.h"
@@ -83,7 +83,7 @@ struct CpOptions {
   const ops::Backend* ops = nullptr;
 };
 
-class ContextParallelAttention : public model::AttentionRunner {
+class ContextParallelAttention : public ops::AttentionRunner {
  public:
   // The mesh must outlive the runner. Not thread-safe: one runner per rank, called from the
   // thread that initialised MPI.
@@ -92,9 +92,9 @@ class ContextParallelAttention : public model::AttentionRunner {
   // Collective: every rank of the mesh calls it for the same layer. Either every rank passes
   // its zigzag shard of a prompt of q_shard.total_tokens tokens (my_shard) as both shards, or
   // the shards meet the chunked requirements above; throws slope::Error (on every rank) if not.
-  void attend(const model::LayerAttention& spec, const float* q,
-              const model::SequenceShard& q_shard, const float* k, const float* v,
-              const model::SequenceShard& kv_shard, float* out) override;
+  void attend(const ops::LayerAttention& spec, const float* q,
+              const ops::SequenceShard& q_shard, const float* k, const float* v,
+              const ops::SequenceShard& kv_shard, float* out) override;
 
   const CpStats& stats() const { return stats_; }
   void reset_stats() { stats_ = {}; }
@@ -109,22 +109,22 @@ class ContextParallelAttention : public model::AttentionRunner {
   // chunked calls.
   struct KvCache {
     explicit KvCache(const ops::Backend& ops) : k(ops), v(ops) {}
-    std::vector<model::SequenceShard> kv;      // every rank's K/V shard at the last call
+    std::vector<ops::SequenceShard> kv;      // every rank's K/V shard at the last call
     std::vector<std::vector<Segment>> blocks;  // per group (ring rank): positions of its rows
     int64_t row_elems = 0;                     // nkv · D
     ops::DeviceBuffer k, v;                    // [rows of blocks[my ring rank], nkv, D]
   };
-  void attend_chunked_full(const model::LayerAttention& spec,
+  void attend_chunked_full(const ops::LayerAttention& spec,
                            const std::vector<RankShards>& shards, const float* q, const float* k,
                            const float* v, float* out);
-  void attend_chunked_sliding(const model::LayerAttention& spec,
+  void attend_chunked_sliding(const ops::LayerAttention& spec,
                               const std::vector<RankShards>& shards, const float* q,
                               const float* k, const float* v, float* out);
 
   const ZigzagLayout& layout(int64_t num_tokens);
-  void attend_full(const model::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
+  void attend_full(const ops::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
                    const float* k, const float* v, float* out);
-  void attend_sliding(const model::LayerAttention& spec, const ZigzagLayout& layout,
+  void attend_sliding(const ops::LayerAttention& spec, const ZigzagLayout& layout,
                       const float* q, const float* k, const float* v, float* out);
 
   Mesh& mesh_;
@@ -132,7 +132,7 @@ class ContextParallelAttention : public model::AttentionRunner {
   const ops::Backend& ops_;
   CpStats stats_;
   std::unique_ptr<ZigzagLayout> layout_;
-  std::vector<model::SequenceShard> all_shards_;
+  std::vector<ops::SequenceShard> all_shards_;
   RingAttention ring_;
   HaloExchange halo_;
   ops::DeviceBuffer q_g_, k_g_, v_g_, out_g_, lse_;

@@ -8,8 +8,8 @@
 
 namespace slope::parallel {
 
-using model::Segment;
-using model::SequenceShard;
+using ops::Segment;
+using ops::SequenceShard;
 
 namespace {
 
@@ -91,7 +91,7 @@ std::vector<Segment> halo_needed(const SequenceShard& q, const SequenceShard& kv
   return subtract(normalise(need), normalise(kv.segments));
 }
 
-void HaloExchange::attend(const model::LayerAttention& spec,
+void HaloExchange::attend(const ops::LayerAttention& spec,
                           const std::vector<SequenceShard>& q_shards,
                           const std::vector<SequenceShard>& kv_shards, const float* q,
                           const float* k, const float* v, float* out, float* lse, CpStats& stats) {

@@ -27,10 +27,10 @@ namespace slope::parallel {
 
 // Positions in [s-W+1, s) for every segment s of `q`, minus the positions `kv` holds; sorted,
 // disjoint.
-std::vector<model::Segment> halo_needed(const model::SequenceShard& q,
-                                        const model::SequenceShard& kv, int64_t window);
+std::vector<ops::Segment> halo_needed(const ops::SequenceShard& q,
+                                        const ops::SequenceShard& kv, int64_t window);
 // Same with queries = keys = shard.
-inline std::vector<model::Segment> halo_needed(const model::SequenceShard& shard, int64_t window) {
+inline std::vector<ops::Segment> halo_needed(const ops::SequenceShard& shard, int64_t window) {
   return halo_needed(shard, shard, window);
 }
 
@@ -43,7 +43,7 @@ class HaloExchange {
   // shards: every rank's tokens, indexed by rank in `comm`. q [rows, Hq, D], k/v [rows, Hkv, D]:
   // this rank's rows (shards[comm.rank()]). out [rows, Hq, D], lse [rows, Hq]: attention over
   // all visible keys, without sinks. spec.mask.window must be > 0.
-  void attend(const model::LayerAttention& spec, const std::vector<model::SequenceShard>& shards,
+  void attend(const ops::LayerAttention& spec, const std::vector<ops::SequenceShard>& shards,
               const float* q, const float* k, const float* v, float* out, float* lse,
               CpStats& stats) {
     attend(spec, shards, shards, q, k, v, out, lse, stats);
@@ -51,8 +51,8 @@ class HaloExchange {
   // General form: q_shards / kv_shards: every rank's query / K/V rows (q ⊆ kv on each rank,
   // K/V shards disjoint over ranks). q [q rows, Hq, D], k/v [kv rows, Hkv, D]: this rank's;
   // out [q rows, Hq, D], lse [q rows, Hq].
-  void attend(const model::LayerAttention& spec, const std::vector<model::SequenceShard>& q_shards,
-              const std::vector<model::SequenceShard>& kv_shards, const float* q, const float* k,
+  void attend(const ops::LayerAttention& spec, const std::vector<ops::SequenceShard>& q_shards,
+              const std::vector<ops::SequenceShard>& kv_shards, const float* q, const float* k,
               const float* v, float* out, float* lse, CpStats& stats);
 
  private:

@@ -6,7 +6,7 @@
 
 namespace slope::parallel {
 
-void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout& layout,
+void RingAttention::attend(const ops::LayerAttention& spec, const ZigzagLayout& layout,
                            const float* q, const float* k, const float* v, float* out, float* lse,
                            CpStats& stats) {
   const int R = ring_.size();
@@ -15,7 +15,7 @@ void RingAttention::attend(const model::LayerAttention& spec, const ZigzagLayout
   attend(spec, blocks[ring_.rank()], q, blocks, k, v, out, lse, stats);
 }
 
-void RingAttention::attend(const model::LayerAttention& spec,
+void RingAttention::attend(const ops::LayerAttention& spec,
                            const std::vector<Segment>& q_segments, const float* q,
                            const std::vector<std::vector<Segment>>& blocks, const float* k,
                            const float* v, float* out, float* lse, CpStats& stats) {

@@ -35,7 +35,7 @@ class RingAttention {
   // spec: the heads this rank computes (after Ulysses, its slice).
   // q [rows, Hq, D], k/v [rows, Hkv, D]: the rows of layout.ring_shard(my ring rank).
   // out [rows, Hq, D], lse [rows, Hq]: attention over all keys of the prompt, without sinks.
-  void attend(const model::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
+  void attend(const ops::LayerAttention& spec, const ZigzagLayout& layout, const float* q,
               const float* k, const float* v, float* out, float* lse, CpStats& stats);
 
   // General form (chunked prefill): q [Σ q_segments, Hq, D] this rank's query rows;
@@ -43,7 +43,7 @@ class RingAttention {
   // rank); k/v [Σ blocks[my rank], Hkv, D] this rank's block. The blocks of all ring ranks
   // together must hold every key the queries see, each key once.
   // out [q rows, Hq, D], lse [q rows, Hq]: attention over all blocks, without sinks.
-  void attend(const model::LayerAttention& spec, const std::vector<Segment>& q_segments,
+  void attend(const ops::LayerAttention& spec, const std::vector<Segment>& q_segments,
               const float* q, const std::vector<std::vector<Segment>>& blocks, const float* k,
               const float* v, float* out, float* lse, CpStats& stats);
 

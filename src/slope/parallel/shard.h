@@ -19,13 +19,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 #include "slope/parallel/mesh.h"
 
 namespace slope::parallel {
 
-using model::Segment;
-using model::SequenceShard;
+using ops::Segment;
+using ops::SequenceShard;
 
 class ZigzagLayout {
  public:
@@ -60,6 +60,6 @@ SequenceShard zigzag_shard(int64_t num_tokens, const MeshShape& shape, int ring_
 SequenceShard my_shard(const Mesh& mesh, int64_t num_tokens);
 // Chunked prefill: this rank's zigzag shard of the chunk [chunk.start, chunk.end()) (the chunk's
 // own layout, positions offset by chunk.start) of a prompt of total_tokens tokens.
-SequenceShard my_chunk_shard(const Mesh& mesh, model::Segment chunk, int64_t total_tokens);
+SequenceShard my_chunk_shard(const Mesh& mesh, ops::Segment chunk, int64_t total_tokens);
 
 }  // namespace slope::parallel

@@ -6,8 +6,8 @@
 
 namespace slope::parallel {
 
-using model::Segment;
-using model::SequenceShard;
+using ops::Segment;
+using ops::SequenceShard;
 
 namespace {
 

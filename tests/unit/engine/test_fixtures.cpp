@@ -71,11 +71,11 @@ class FixtureTest : public testing::TestWithParam<Case> {
     Tensor tok = ref.get("tokens");
     std::vector<int32_t> tokens(tok.numel());
     for (int64_t i = 0; i < tok.numel(); ++i) tokens[i] = int32_t(tok.data<int64_t>()[i]);
-    model::LocalAttention runner;
+    ops::LocalAttention runner;
     engine::PrefillOptions po;
     po.chunk_tokens = chunk;
     engine::PrefillResult r =
-        engine::prefill(m, tokens, model::SequenceShard::whole(int64_t(tokens.size())), runner, po);
+        engine::prefill(m, tokens, ops::SequenceShard::whole(int64_t(tokens.size())), runner, po);
     ASSERT_TRUE(r.has_logits);
     Tensor logits = ref.get("logits");
     ASSERT_EQ(logits.numel(), int64_t(r.logits.size()));

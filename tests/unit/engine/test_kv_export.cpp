@@ -40,7 +40,7 @@ class KvExportTest : public ::testing::Test {
   // A whole-prompt "prefill" of n tokens with every KV value distinct.
   engine::PrefillResult result(int64_t n) const {
     engine::PrefillResult r;
-    r.shard = model::SequenceShard::whole(n);
+    r.shard = ops::SequenceShard::whole(n);
     for (int64_t l = 0; l < cfg_.num_layers; ++l) {
       for (auto* kv : {&r.k, &r.v}) {
         Tensor t({n, cfg_.num_kv_heads, cfg_.head_dim}, DType::F32);

@@ -30,12 +30,12 @@ const std::vector<int32_t> kPrompt = {1, 3, 200, 17, 5, 99, 3, 42, 7, 300, 11};
 // The message of the slope::Error a prefill of kPrompt on `dir` throws ("" if it returns).
 std::string prefill_error(const fs::path& dir, int64_t chunk = 1024) {
   auto m = model::Model::load(dir.string());
-  model::LocalAttention local;
+  ops::LocalAttention local;
   engine::PrefillOptions po;
   po.chunk_tokens = chunk;
   try {
     engine::PrefillResult r =
-        engine::prefill(*m, kPrompt, model::SequenceShard::whole(int64_t(kPrompt.size())), local, po);
+        engine::prefill(*m, kPrompt, ops::SequenceShard::whole(int64_t(kPrompt.size())), local, po);
     EXPECT_TRUE(all_finite(r.logits.data(), int64_t(r.logits.size())));
   } catch (const Error& e) {
     return e.what();

@@ -104,19 +104,19 @@ TEST(MpiSingleton, MeshOfOneMatchesLocalAttention) {
   for (auto* vec : {&q, &k, &v, &sinks})
     for (float& x : *vec) x = d(rng);
   for (int64_t window : {0, 5}) {
-    model::LayerAttention spec;
+    ops::LayerAttention spec;
     spec.shape = {H, H, D};
     spec.mask.window = window;
     spec.scale = 0.35f;
     spec.sinks = sinks.data();
-    const model::SequenceShard whole = model::SequenceShard::whole(n);
-    const model::SequenceShard shard = my_shard(mesh, n);
+    const ops::SequenceShard whole = ops::SequenceShard::whole(n);
+    const ops::SequenceShard shard = my_shard(mesh, n);
     std::vector<float> ref(q.size()), out(q.size());
-    model::LocalAttention().attend(spec, q.data(), whole, k.data(), v.data(), whole, ref.data());
+    ops::LocalAttention().attend(spec, q.data(), whole, k.data(), v.data(), whole, ref.data());
     cp.attend(spec, q.data(), shard, k.data(), v.data(), shard, out.data());
     for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], ref[i], 1e-5) << i;
     // Keys that miss some earlier position (here 0) are refused with a message.
-    model::SequenceShard wrong{n, {{1, n - 1}}};
+    ops::SequenceShard wrong{n, {{1, n - 1}}};
     EXPECT_THROW(cp.attend(spec, q.data(), wrong, k.data(), v.data(), wrong, out.data()), Error);
   }
   EXPECT_EQ(cp.stats().layers, 2);

@@ -10,7 +10,7 @@
 #include "slope/kernels/attention.h"
 #include "slope/ops/backend.h"
 
-namespace slope::model {
+namespace slope::ops {
 
 // A contiguous run of global token positions [start, start + length).
 struct Segment {
@@ -75,4 +75,4 @@ void attend_segments(const ops::Backend& ops, const LayerAttention& spec, const 
                      const float* v, const std::vector<Segment>& kv_segments, float* out,
                      float* lse);
 
-}  // namespace slope::model
+}  // namespace slope::ops

@@ -1,4 +1,4 @@
-#include "slope/model/attention_runner.h"
+#include "slope/ops/attention_runner.h"
 
 #include <cmath>
 #include <limits>
@@ -6,7 +6,7 @@
 #include "slope/core/error.h"
 #include "slope/core/tensor.h"
 
-namespace slope::model {
+namespace slope::ops {
 
 int64_t SequenceShard::local_tokens() const {
   int64_t n = 0;
@@ -101,4 +101,4 @@ void LocalAttention::attend(const LayerAttention& spec, const float* q,
   }
 }
 
-}  // namespace slope::model
+}  // namespace slope::ops
