@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
       world->barrier();
       const double t0 = now_seconds();
       cp.attend(spec, q.data(), shard, k.data(), v.data(), shard, out.data());
-      double m[3] = {cp.stats().wait_seconds, cp.stats().compute_seconds, now_seconds() - t0};
+      double m[3] = {cp.stats().wait_seconds(), cp.stats().compute_seconds(), now_seconds() - t0};
       world->allreduce(m, 3, ReduceOp::Max);
       wait.push_back(m[0]);
       comp.push_back(m[1]);

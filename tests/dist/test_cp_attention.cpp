@@ -151,7 +151,7 @@ int main(int argc, char** argv) {
                         "(rank0: sent %lld B, recv %lld B, ring steps %lld, skipped %lld)\n",
                         pass ? "ok  " : "BAD ", a.mesh.str().c_str(), (long long)a.hq,
                         (long long)a.hkv, (long long)a.dim, (long long)n, (long long)w,
-                        (long long)s, rel, (long long)st.bytes_sent, (long long)st.bytes_received,
+                        (long long)s, rel, (long long)st.ledger.bytes_sent(), (long long)st.ledger.bytes_received(),
                         (long long)st.ring_steps, (long long)st.blocks_skipped);
         }
     if (rank == 0) std::printf("%s\n", ok ? "PASS" : "FAIL");

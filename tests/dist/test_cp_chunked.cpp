@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
                         pass ? "ok  " : "BAD ", a.mesh.str().c_str(), (long long)a.hq,
                         (long long)a.hkv, (long long)a.dim, (long long)c.tokens,
                         (long long)c.chunk, (long long)a.window, (long long)s, prompt, int(a.cache),
-                        rel, (long long)st.bytes_sent, (long long)st.bytes_received,
+                        rel, (long long)st.ledger.bytes_sent(), (long long)st.ledger.bytes_received(),
                         (long long)cp.cached_kv_rows());
         }
     const bool refused = refuses_missing_keys(a, mesh, cp);

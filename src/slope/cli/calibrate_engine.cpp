@@ -115,7 +115,7 @@ double elementwise_seconds(const model::ModelConfig& c, bool bf16, int64_t rows,
 // ran the MoE 8% faster than a run).
 double real_layer_seconds(const model::Model& m, int64_t rows, int reps) {
   const model::ModelConfig& c = m.config();
-  model::PhaseTimes times;
+  Ledger times;
   model::LayerContext ctx = m.layer_context(rows, &times);
   model::LayerBuffers buffers;
   ctx.buffers = &buffers;
@@ -133,10 +133,10 @@ double real_layer_seconds(const model::Model& m, int64_t rows, int reps) {
   double best = 0;
   for (int i = 0; i <= reps; ++i) {  // the first run warms up; the fastest of the rest is kept
     std::copy(h0.begin(), h0.end(), h.begin());
-    const double attn0 = times.attention, t0 = now_seconds();
+    const double attn0 = times.seconds(Phase::Attention), t0 = now_seconds();
     for (int l = m.first_layer(); l < m.last_layer(); ++l)
       model::decoder_layer_forward(ctx, l, m.layer(l), h.data(), shard, runner, k.data(), v.data(), 0, shard);
-    const double t = (now_seconds() - t0 - (times.attention - attn0)) / layers;
+    const double t = (now_seconds() - t0 - (times.seconds(Phase::Attention) - attn0)) / layers;
     if (i == 1 || (i > 1 && t < best)) best = t;
   }
   return best;

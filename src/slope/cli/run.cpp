@@ -71,10 +71,11 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
   write_file_atomically(path, logits.data(), logits.size() * sizeof(float), "--logits-out file");
 }
 
-nlohmann::json phases_json(const model::PhaseTimes& t) {
-  return {{"embed_ms", t.embed * 1e3},         {"norm_qkv_rope_ms", t.norm_qkv_rope * 1e3},
-          {"attention_ms", t.attention * 1e3}, {"o_proj_ms", t.o_proj * 1e3},
-          {"mlp_ms", t.mlp * 1e3},             {"lm_head_ms", t.lm_head * 1e3}};
+nlohmann::json phases_json(const Ledger& t) {
+  nlohmann::json j;
+  for (Phase p : {Phase::Embed, Phase::NormQkvRope, Phase::Attention, Phase::OProj, Phase::Mlp, Phase::LmHead})
+    j[std::string(phase_name(p)) + "_ms"] = t.seconds(p) * 1e3;
+  return j;
 }
 
 nlohmann::json report_json(const engine::RankReport& r) {
@@ -404,13 +405,11 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   // Several prompts are reported each on its own; tokens, FLOPs and phase times are the batch's.
   int64_t total_tokens = 0;
   double flops = 0;
-  model::PhaseTimes phases;
+  Ledger phases;
   for (size_t b = 0; b < results.size(); ++b) {
     total_tokens += int64_t(prompts[b].size());
     flops += engine::prefill_flops(cfg, int64_t(prompts[b].size()));
-    const model::PhaseTimes& t = results[b].times;
-    phases.embed += t.embed, phases.norm_qkv_rope += t.norm_qkv_rope, phases.attention += t.attention;
-    phases.o_proj += t.o_proj, phases.mlp += t.mlp, phases.lm_head += t.lm_head, phases.tp_allreduce += t.tp_allreduce;
+    phases += results[b].ledger;
   }
   auto logprobs_json = [](const engine::PrefillResult& res) {
     nlohmann::json l = nlohmann::json::array();

@@ -126,13 +126,13 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   po.keep_kv = request.keep_kv;
   po.on_progress = request.on_progress;
   po.buffers = &buffers_;
-  PipelineTimes pt;
+  Ledger pipeline;
   if (cp_) cp_->reset_stats();
   const int64_t tp_bytes0 = topo_->tp_payload_bytes();
 
   world_.barrier();
   const double t0 = now_seconds();
-  out.results = run_prefill(*model_, prompts, out.pp_chunk, topo_->stage_plan(), *runner_, po, &pt);
+  out.results = run_prefill(*model_, prompts, out.pp_chunk, topo_->stage_plan(), *runner_, po, &pipeline);
   for (PrefillResult& r : out.results) share_logits(r, world_, request.top_k);
   out.ttft_s = now_seconds() - t0;  // every prompt's first token known on every rank
   if (cp_) cp_->release_kv_cache();  // the chunked K/V cache of this request's prompts
@@ -150,24 +150,25 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   mine.stage = topo_->stage();
   for (const PrefillResult& res : out.results) {
     mine.tokens += res.shard.local_tokens();
+    const Ledger& t = res.ledger;
     mine.prefill_seconds += res.seconds;
-    mine.attention_seconds += res.times.attention;
-    mine.other_compute_seconds +=
-        res.times.embed + res.times.norm_qkv_rope + res.times.o_proj + res.times.mlp + res.times.lm_head;
-    mine.tp_seconds += res.times.tp_allreduce;
+    mine.attention_seconds += t.seconds(Phase::Attention);
+    mine.other_compute_seconds += t.sum(Phase::Embed, Phase::NormQkvRope, Phase::OProj, Phase::Mlp, Phase::LmHead);
+    mine.tp_seconds += t.seconds(Phase::TpAllreduce);
     // The KV cache held during the prefill (kept afterwards only with keep_kv).
     mine.kv_bytes += res.shard.local_tokens() * out.kv.layers * 2 * sl.kv_heads * cfg.head_dim * int64_t(sizeof(float));
   }
   mine.weight_bytes = int64_t(model_->weight_bytes());
-  mine.pipe_wait_seconds = pt.recv_wait_seconds + pt.send_wait_seconds;
-  mine.bytes_sent = pt.bytes_sent;
-  mine.bytes_received = pt.bytes_received;
+  mine.pipe_wait_seconds = pipeline.sum(Phase::PipeRecvWait, Phase::PipeSendWait);
+  mine.bytes_sent = pipeline.bytes_sent();
+  mine.bytes_received = pipeline.bytes_received();
   if (cp_) {
-    mine.cp_compute_seconds = cp_->stats().compute_seconds;
-    mine.cp_comm_seconds = cp_->stats().comm_seconds;
-    mine.cp_wait_seconds = cp_->stats().wait_seconds;
-    mine.bytes_sent += cp_->stats().bytes_sent;
-    mine.bytes_received += cp_->stats().bytes_received;
+    const Ledger& cp = cp_->stats().ledger;
+    mine.cp_compute_seconds = cp.seconds(Phase::AttnCompute);
+    mine.cp_comm_seconds = cp.seconds(Phase::AttnComm);
+    mine.cp_wait_seconds = cp.seconds(Phase::AttnWait);
+    mine.bytes_sent += cp.bytes_sent();
+    mine.bytes_received += cp.bytes_received();
   } else {
     mine.cp_compute_seconds = mine.attention_seconds;
   }

@@ -56,13 +56,13 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int64_t chunk_tokens, const StagePlan& plan,
                                        ops::AttentionRunner& runner, const PrefillOptions& opts,
-                                       PipelineTimes* times) {
+                                       Ledger* pipeline) {
   const model::ModelConfig& c = model.config();
   const int64_t H = c.hidden_size, D = c.head_dim, Hkv = model.slice().kv_heads;
   const bool first_stage = plan.stage == 0, last_stage = plan.stage == plan.num_stages - 1;
   const ops::Backend& ops = model.ops();
-  PipelineTimes local_times;
-  PipelineTimes& pt = times ? *times : local_times;
+  Ledger unused;
+  Ledger& pt = pipeline ? *pipeline : unused;
 
   // Lay out every prompt's chunks and this rank's rows of each, and size the KV caches.
   std::vector<PromptState> st(prompts.size());
@@ -105,25 +105,23 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
     PrefillResult& r = ps.result;
     const double t0 = now_seconds();
     model::LayerContext ctx = base_ctx;
-    ctx.times = &r.times;
+    ctx.ledger = &r.ledger;
     ctx.tp_allreduce = plan.tp_allreduce;
     for (size_t ci = 0; ci < ps.chunk_shards.size(); ++ci) {
       const ops::SequenceShard& rows = ps.chunk_shards[ci];
       const int64_t m = rows.local_tokens();
       Tensor h = ops.alloc({m, H}, DType::F32);  // [m, H] this chunk's residual stream on this rank
       if (first_stage) {
-        const double te = now_seconds();
+        auto timed = r.ledger.time(Phase::Embed);
         std::vector<int32_t> ids;
         ids.reserve(m);
         for (int64_t p : rows.positions()) ids.push_back(prompts[b][p]);
         model.embed(ids.data(), m, h.data<float>());
         if (!ops.all_finite(h.data<float>(), m * H)) found_nonfinite(0, b);
-        r.times.embed += now_seconds() - te;
       } else if (m > 0) {
-        const double tw = now_seconds();
+        auto timed = pt.time(Phase::PipeRecvWait);
         plan.pipe->irecv(h.data<float>(), size_t(m * H), plan.prev_rank, parallel::Tag::Pipeline).wait();
-        pt.recv_wait_seconds += now_seconds() - tw;
-        pt.bytes_received += m * H * int64_t(sizeof(float));
+        pt.count_received(m * H * int64_t(sizeof(float)));
       }
       const ops::SequenceShard kv_shard = concat(ps.chunk_shards, rows.total_tokens, ci + 1);
       for (int l = model.first_layer(); l < model.last_layer(); ++l) {
@@ -151,7 +149,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
       ps.rows_done += m;
       if (!last_stage) {
         if (m > 0) {
-          pt.bytes_sent += m * H * int64_t(sizeof(float));
+          pt.count_sent(m * H * int64_t(sizeof(float)));
           parallel::Request req = plan.pipe->isend(h.data<float>(), size_t(m * H), plan.next_rank,
                                                    parallel::Tag::Pipeline);
           sends.push_back({std::move(h), std::move(req)});
@@ -161,14 +159,13 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
       }
       const int64_t last = rows.local_index(rows.total_tokens - 1);
       if (last >= 0 && plan.may_report_logits) {
-        const double tl = now_seconds();
+        auto timed = r.ledger.time(Phase::LmHead);
         r.has_logits = true;
         r.logits.resize(c.vocab_size);
         model.logits(h.data<float>() + last * H, r.logits.data());
         if (!all_finite(r.logits.data(), c.vocab_size)) found_nonfinite(1 + c.num_layers, b);
         r.top_logprobs = top_logprobs(r.logits.data(), c.vocab_size, std::max(1, opts.top_k));
         r.first_token = r.top_logprobs[0].token;
-        r.times.lm_head += now_seconds() - tl;
       }
     }
     r.seconds = now_seconds() - t0;
@@ -177,9 +174,10 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
       r.v.clear();
     }
   }
-  const double tw = now_seconds();
-  for (PendingSend& s : sends) s.request.wait();
-  pt.send_wait_seconds += now_seconds() - tw;
+  {
+    auto timed = pt.time(Phase::PipeSendWait);
+    for (PendingSend& s : sends) s.request.wait();
+  }
 
   // Every rank learns the first place any rank saw a non-finite value, and all fail alike.
   if (plan.world && plan.world->size() > 1) {

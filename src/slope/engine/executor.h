@@ -41,13 +41,6 @@ struct StagePlan {
   parallel::Communicator* world = nullptr;
 };
 
-struct PipelineTimes {
-  double recv_wait_seconds = 0;  // blocked waiting for the previous stage's activations
-  double send_wait_seconds = 0;  // blocked waiting for sends to drain at the end
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
-};
-
 // Runs every prompt through this rank's layers (model.first_layer() .. last_layer()).
 // chunk_tokens <= 0 means one chunk per prompt. Results are per prompt; `shard` in each is this
 // rank's rows of that prompt in buffer order (chunk by chunk).
@@ -56,11 +49,14 @@ struct PipelineTimes {
 // layer, each layer's K/V and the logits are scanned for NaN and Inf (one pass each, cheap next
 // to the layer), and if any holds one, every rank of plan.world throws slope::Error naming the
 // first place (embedding, layer l, or final norm / lm_head) where it appeared.
+//
+// `pipeline` (if given) gets the stage-to-stage waits (PipeRecvWait, PipeSendWait) and the
+// activation bytes sent and received; each prompt's own phases are in its result's ledger.
 std::vector<PrefillResult> run_prefill(const model::Model& model,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        int64_t chunk_tokens, const StagePlan& plan,
                                        ops::AttentionRunner& runner, const PrefillOptions& opts,
-                                       PipelineTimes* times = nullptr);
+                                       Ledger* pipeline = nullptr);
 
 // Contiguous layer ranges for `stages` pipeline stages that balance the predicted cost of a
 // prompt of num_tokens tokens (linear layers plus attention under each layer's mask): returns

@@ -47,7 +47,7 @@ struct PrefillResult {
   std::vector<TopLogprob> top_logprobs;
   // Per layer [local rows, Hkv, D]: K after RoPE, and V (empty unless keep_kv).
   std::vector<Tensor> k, v;
-  model::PhaseTimes times;
+  Ledger ledger;       // this prompt's phases on this rank (the layer's, embed, lm_head)
   double seconds = 0;  // wall time of the whole prefill on this rank
 };
 

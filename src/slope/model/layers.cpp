@@ -4,18 +4,9 @@
 #include <cstring>
 
 #include "slope/core/error.h"
-#include "slope/core/sys.h"
 
 namespace slope::model {
 namespace {
-
-struct ScopedTimer {
-  double* acc;
-  double t0 = now_seconds();
-  ~ScopedTimer() {
-    if (acc) *acc += now_seconds() - t0;
-  }
-};
 
 // x [m, H] -> q [m, Hq, D], k/v rows of the cache [m, Hkv, D]; qk-norm and RoPE applied.
 void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* h, int64_t m,
@@ -94,8 +85,8 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   const int64_t Hq = ctx.slice.q_heads, Hkv = ctx.slice.kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(ctx.chunk, std::max<int64_t>(n, 1)));
   const ops::Backend& ops = *ctx.ops;
-  PhaseTimes dummy;
-  PhaseTimes& t = ctx.times ? *ctx.times : dummy;
+  Ledger unused;
+  Ledger& t = ctx.ledger ? *ctx.ledger : unused;
   const std::vector<int64_t> pos = q_shard.positions();
 
   LayerBuffers local;
@@ -104,7 +95,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   float* k_new = k_cache + kv_row0 * Hkv * D;
   float* v_new = v_cache + kv_row0 * Hkv * D;
   {
-    ScopedTimer st{&t.norm_qkv_rope};
+    auto timed = t.time(Phase::NormQkvRope);
     Tensor x = ops.alloc({chunk, H}, DType::F32), qkv = ops.alloc({chunk, (Hq + 2 * Hkv) * D}, DType::F32);
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
@@ -116,7 +107,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   float* attn = LayerBuffers::reserve(ops, buf.attn, n * Hq * D);
   ops.fill(attn, n * Hq * D, 0.f);
   {
-    ScopedTimer st{&t.attention};
+    auto timed = t.time(Phase::Attention);
     LayerAttention spec;
     spec.layer = layer;
     spec.shape = {Hq, Hkv, D};
@@ -132,12 +123,12 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   const bool tp = bool(ctx.tp_allreduce);
   Tensor x = ops.alloc({chunk, H}, DType::F32), partial;
   if (tp) partial = ops.alloc({chunk, H}, DType::F32);
-  auto add_reduced = [&](float* hr, int64_t m, double* timer) {
+  auto add_reduced = [&](float* hr, int64_t m, Phase phase) {
     {
-      ScopedTimer st{&t.tp_allreduce};
+      auto timed = t.time(Phase::TpAllreduce);
       ctx.tp_allreduce(partial.data<float>(), m * H);
     }
-    ScopedTimer st{timer};
+    auto timed = t.time(phase);
     ops.add_inplace(hr, partial.data<float>(), m * H);
   };
   const int64_t I = ctx.slice.inter;
@@ -145,12 +136,12 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     const int64_t m = std::min(chunk, n - r);
     float* hr = h + r * H;
     {
-      ScopedTimer st{&t.o_proj};
+      auto timed = t.time(Phase::OProj);
       w.attn.o.forward(attn + r * Hq * D, m, tp ? partial.data<float>() : hr, /*accumulate=*/!tp);
     }
-    if (tp) add_reduced(hr, m, &t.o_proj);
+    if (tp) add_reduced(hr, m, Phase::OProj);
     {
-      ScopedTimer st{&t.mlp};
+      auto timed = t.time(Phase::Mlp);
       ops.rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order,
                   ctx.act_dtype);
       float* dst = hr;
@@ -163,7 +154,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
       else
         dense_mlp(ops, I, w.mlp, x.data<float>(), m, dst);
     }
-    if (tp) add_reduced(hr, m, &t.mlp);
+    if (tp) add_reduced(hr, m, Phase::Mlp);
   }
 }
 

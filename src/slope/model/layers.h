@@ -7,6 +7,7 @@
 #include <functional>
 #include <vector>
 
+#include "slope/core/ledger.h"
 #include "slope/core/tensor.h"
 #include "slope/kernels/gemm.h"
 #include "slope/ops/backend.h"
@@ -49,12 +50,6 @@ struct LayerWeights {
   DenseMlpWeights mlp;  // dense families
   MoeWeights moe;       // MoE families
   int64_t window = 0;   // 0 = full causal, else sliding window
-};
-
-// Time spent per phase of the forward pass, seconds (summed over calls).
-struct PhaseTimes {
-  double embed = 0, norm_qkv_rope = 0, attention = 0, o_proj = 0, mlp = 0, lm_head = 0;
-  double tp_allreduce = 0;  // tensor-parallel all-reduce (communication)
 };
 
 // Per-layer forward over the rows a rank holds (`q_shard` gives their global positions).
@@ -101,7 +96,7 @@ struct LayerContext {
   const ops::Backend* ops = nullptr;  // the device's ops (ops::cpu() on the host)
   DType act_dtype = DType::F32;  // where norms cast (bf16 compute rounds like the model dtype)
   int64_t chunk = 1024;
-  PhaseTimes* times = nullptr;
+  Ledger* ledger = nullptr;  // where the layer's phases are timed (none if null)
   LayerBuffers* buffers = nullptr;  // reused if set, else allocated per call
 };
 

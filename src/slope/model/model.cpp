@@ -174,7 +174,7 @@ void Model::logits(const float* h_row, float* out) const {
   ops.to_host(y.data<float>(), cfg_.vocab_size, out);
 }
 
-LayerContext Model::layer_context(int64_t chunk, PhaseTimes* times) const {
+LayerContext Model::layer_context(int64_t chunk, Ledger* ledger) const {
   LayerContext ctx;
   ctx.cfg = &cfg_;
   ctx.rope = &rope_;
@@ -182,7 +182,7 @@ LayerContext Model::layer_context(int64_t chunk, PhaseTimes* times) const {
   ctx.slice = slice_;
   ctx.act_dtype = opts_.compute == kernels::ComputeType::BF16 ? DType::BF16 : DType::F32;
   ctx.chunk = chunk;
-  ctx.times = times;
+  ctx.ledger = ledger;
   return ctx;
 }
 

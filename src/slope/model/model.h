@@ -59,7 +59,7 @@ class Model {
   void logits(const float* h_row, float* out) const;
 
   const TensorSlice& slice() const { return slice_; }
-  LayerContext layer_context(int64_t chunk, PhaseTimes* times) const;
+  LayerContext layer_context(int64_t chunk, Ledger* ledger) const;
 
   // Family loaders (gpt_oss.cpp, llama.cpp) fill these.
   ModelConfig cfg_;

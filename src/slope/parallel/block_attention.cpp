@@ -34,11 +34,10 @@ bool BlockAttention::accumulate(const ops::LayerAttention& spec, const float* q,
     bool visible = false;
     for (const Segment& s : kv_segments) visible = visible || any_visible(spec.mask, slice, s);
     if (visible) {
-      const double t0 = now_seconds();
+      auto timed = stats.ledger.time(Phase::AttnCompute);
       ops::attend_segments(ops_, spec, q + r0 * Hq * D, slice, k, v, kv_segments, part_out_.data(),
                              part_lse_.data());
       ops_.attention_merge(acc_out + r0 * Hq * D, acc_lse + r0 * Hq, part_out_.data(), part_lse_.data(), n, Hq, D);
-      stats.compute_seconds += now_seconds() - t0;
     }
     if (progress) progress();
   }

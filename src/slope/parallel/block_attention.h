@@ -17,23 +17,26 @@
 #include <functional>
 #include <vector>
 
+#include "slope/core/ledger.h"
 #include "slope/ops/attention_runner.h"
 
 namespace slope::parallel {
 
 // Seconds and counters of context-parallel attention on one rank, accumulated over layers.
+// Seconds go to the ledger: AttnCompute (attention kernels, merges, sinks, packing), AttnComm
+// (transfer lifetimes, posted to seen complete, overlapped or not) and AttnWait (blocked waiting
+// for communication, the exposed part); bytes are the payload moved.
 struct CpStats {
+  Ledger ledger;
   int64_t layers = 0;
-  double compute_seconds = 0;  // attention kernels, merges, sinks, packing
-  double comm_seconds = 0;     // lifetime of transfers: posted -> seen complete (overlapped or not)
-  double wait_seconds = 0;     // blocked waiting for communication (the exposed part)
-  int64_t bytes_sent = 0;
-  int64_t bytes_received = 0;
   int64_t ring_steps = 0;
   int64_t blocks_skipped = 0;  // ring K/V blocks entirely above the causal diagonal (or window)
+  double compute_seconds() const { return ledger.seconds(Phase::AttnCompute); }
+  double comm_seconds() const { return ledger.seconds(Phase::AttnComm); }
+  double wait_seconds() const { return ledger.seconds(Phase::AttnWait); }
   // Share of communication time hidden behind compute: 1 - wait / comm (1 when no comm).
   double hidden_fraction() const {
-    return comm_seconds > 0 ? 1.0 - std::min(1.0, wait_seconds / comm_seconds) : 1.0;
+    return comm_seconds() > 0 ? 1.0 - std::min(1.0, wait_seconds() / comm_seconds()) : 1.0;
   }
 };
 

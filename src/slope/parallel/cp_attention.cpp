@@ -99,9 +99,9 @@ void ContextParallelAttention::attend(const LayerAttention& spec, const float* q
       attend_chunked_full(spec, shards, q, k, v, out);
   }
   const CommStats after = snapshot(mesh_);
-  stats_.bytes_sent += after.bytes_sent - before.bytes_sent;
-  stats_.bytes_received += after.bytes_received - before.bytes_received;
-  stats_.wait_seconds += after.wait_seconds - before.wait_seconds;
+  stats_.ledger.count_sent(after.bytes_sent - before.bytes_sent);
+  stats_.ledger.count_received(after.bytes_received - before.bytes_received);
+  stats_.ledger.add(Phase::AttnWait, after.wait_seconds - before.wait_seconds);
   ++stats_.layers;
 }
 
@@ -132,9 +132,8 @@ void ContextParallelAttention::attend_full(const LayerAttention& spec, const Zig
   lse_.resize(size_t(rows * local.shape.num_q_heads));
   ring_.attend(local, lay, qp, kp, vp, op, lse_.data(), stats_);  // R = 1: local blocks only
   if (local.sinks) {
-    const double t0 = now_seconds();
+    auto timed = stats_.ledger.time(Phase::AttnCompute);
     ops_.attention_apply_sinks(op, lse_.data(), local.sinks, rows, local.shape.num_q_heads, D);
-    stats_.compute_seconds += now_seconds() - t0;
   }
   if (ulysses) ulysses->gather_heads(out_g_.data(), out, stats_);
 }
@@ -146,9 +145,8 @@ void ContextParallelAttention::attend_sliding(const LayerAttention& spec, const 
   lse_.resize(size_t(rows * spec.shape.num_q_heads));
   halo_.attend(spec, all_shards_, q, k, v, out, lse_.data(), stats_);
   if (spec.sinks) {
-    const double t0 = now_seconds();
+    auto timed = stats_.ledger.time(Phase::AttnCompute);
     ops_.attention_apply_sinks(out, lse_.data(), spec.sinks, rows, spec.shape.num_q_heads, spec.shape.head_dim);
-    stats_.compute_seconds += now_seconds() - t0;
   }
 }
 
@@ -167,9 +165,8 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
     lse_.resize(size_t(my_q_rows * spec.shape.num_q_heads));
     ring_.attend(spec, shards[me].q.segments, q, blocks, k, v, out, lse_.data(), stats_);
     if (spec.sinks) {
-      const double t0 = now_seconds();
+      auto timed = stats_.ledger.time(Phase::AttnCompute);
       ops_.attention_apply_sinks(out, lse_.data(), spec.sinks, my_q_rows, spec.shape.num_q_heads, D);
-      stats_.compute_seconds += now_seconds() - t0;
     }
     return;
   }
@@ -247,9 +244,8 @@ void ContextParallelAttention::attend_chunked_full(const LayerAttention& spec,
   ring_.attend(local, group_q, q_g_.data(), blocks, cache.k.data(), cache.v.data(),
                out_g_.data(), lse_.data(), stats_);
   if (local.sinks) {
-    const double t0 = now_seconds();
+    auto timed = stats_.ledger.time(Phase::AttnCompute);
     ops_.attention_apply_sinks(out_g_.data(), lse_.data(), local.sinks, group_q_rows, h.nq, D);
-    stats_.compute_seconds += now_seconds() - t0;
   }
   ulysses.gather_heads(out_g_.data(), q_rows, out, stats_);
 
@@ -274,9 +270,8 @@ void ContextParallelAttention::attend_chunked_sliding(const LayerAttention& spec
   lse_.resize(size_t(rows * spec.shape.num_q_heads));
   halo_.attend(spec, q_shards, kv_shards, q, k, v, out, lse_.data(), stats_);
   if (spec.sinks) {
-    const double t0 = now_seconds();
+    auto timed = stats_.ledger.time(Phase::AttnCompute);
     ops_.attention_apply_sinks(out, lse_.data(), spec.sinks, rows, spec.shape.num_q_heads, spec.shape.head_dim);
-    stats_.compute_seconds += now_seconds() - t0;
   }
 }
 

@@ -105,7 +105,7 @@ void HaloExchange::attend(const ops::LayerAttention& spec,
   const SequenceShard& my_q = q_shards[me];
   const SequenceShard& my_kv = kv_shards[me];
   const double posted = now_seconds();
-  double t0 = posted;
+  auto packing = stats.ledger.time(Phase::AttnCompute);
 
   // Receives: from each holder, the rows of my need that it has, K then V (two messages; MPI
   // keeps their order). The halo buffer is the holders' parts one after another.
@@ -152,7 +152,7 @@ void HaloExchange::attend(const ops::LayerAttention& spec,
     reqs.push_back(comm_.isend(buf.data(), size_t(n * row_elems), j, Tag::Halo));
     reqs.push_back(comm_.isend(buf.data() + n * row_elems, size_t(n * row_elems), j, Tag::Halo));
   }
-  stats.compute_seconds += now_seconds() - t0;
+  packing.stop();
 
   // Own keys while the halo travels.
   double completed = 0;
@@ -172,7 +172,7 @@ void HaloExchange::attend(const ops::LayerAttention& spec,
       wait_all(reqs);
       completed = now_seconds();
     }
-    stats.comm_seconds += completed - posted;
+    stats.ledger.add(Phase::AttnComm, completed - posted);
   }
 
   // The halo block.

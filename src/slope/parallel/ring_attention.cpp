@@ -77,7 +77,7 @@ void RingAttention::attend(const ops::LayerAttention& spec,
         wait_all(reqs);  // the exposed part: counted in the communicator's wait_seconds
         completed = now_seconds();
       }
-      stats.comm_seconds += completed - posted;
+      stats.ledger.add(Phase::AttnComm, completed - posted);
       kp = next_buf;
       vp = next_buf + n_recv;
     }

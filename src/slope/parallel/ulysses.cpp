@@ -113,7 +113,7 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
   const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads;
   const int64_t my_rows = rows_[me];
   const HeadSlice& mine = heads_[me];
-  double t0 = now_seconds();
+  auto timed = stats.ledger.time(Phase::AttnCompute);
 
   // Send block for rank j: [my_rows, nq_j, D] q | [my_rows, nkv_j, D] k | same for v.
   auto [sc, sd, rc, rd, stotal, rtotal] =
@@ -122,14 +122,15 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
   pack_heads(ops_, heads_, sd, q, my_rows, k, v, my_rows, Hq, Hkv, D, send_.data());
-  stats.compute_seconds += now_seconds() - t0;
+  timed.stop();
 
-  t0 = now_seconds();
-  comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
-  stats.comm_seconds += now_seconds() - t0;
+  {
+    auto comm = stats.ledger.time(Phase::AttnComm);
+    comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
+  }
 
   // Unpack: rank j's rows are its piece of ring segment 0, then of segment 1.
-  t0 = now_seconds();
+  auto unpacking = stats.ledger.time(Phase::AttnCompute);
   q_g.resize(size_t(group_rows_ * mine.nq * D));
   k_g.resize(size_t(group_rows_ * mine.nkv * D));
   v_g.resize(size_t(group_rows_ * mine.nkv * D));
@@ -145,14 +146,13 @@ void UlyssesExchange::scatter_heads(const float* q, const float* k, const float*
       i0 += len;
     }
   }
-  stats.compute_seconds += now_seconds() - t0;
 }
 
 void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stats) {
   const int U = comm_.size(), me = comm_.rank();
   const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads;
   const HeadSlice& mine = heads_[me];
-  double t0 = now_seconds();
+  auto timed = stats.ledger.time(Phase::AttnCompute);
 
   // To rank j: its rows (its pieces, in its buffer order) of my heads: [rows_j, nq, D].
   auto [sc, sd, rc, rd, stotal, rtotal] =
@@ -168,15 +168,15 @@ void UlyssesExchange::gather_heads(const float* out_g, float* out, CpStats& stat
       dst += len * mine.nq * D;
     }
   }
-  stats.compute_seconds += now_seconds() - t0;
+  timed.stop();
 
-  t0 = now_seconds();
-  comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
-  stats.comm_seconds += now_seconds() - t0;
+  {
+    auto comm = stats.ledger.time(Phase::AttnComm);
+    comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
+  }
 
-  t0 = now_seconds();
+  auto unpacking = stats.ledger.time(Phase::AttnCompute);
   for (int j = 0; j < U; ++j) unpack_heads(ops_, heads_[j], recv_.data() + rd[j], rows_[me], Hq, D, out);
-  stats.compute_seconds += now_seconds() - t0;
 }
 
 UlyssesRows::UlyssesRows(DataPlane& comm, const kernels::AttentionShape& shape, UlyssesBuffers& buffers)
@@ -194,7 +194,7 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
   const int U = comm_.size(), me = comm_.rank();
   const int64_t D = shape_.head_dim, Hq = shape_.num_q_heads, Hkv = shape_.num_kv_heads;
   const HeadSlice& mine = heads_[me];
-  double t0 = now_seconds();
+  auto timed = stats.ledger.time(Phase::AttnCompute);
 
   // Send block for rank j: [q_rows[me], nq_j, D] q | [kv_rows[me], nkv_j, D] k | same for v.
   auto [sc, sd, rc, rd, stotal, rtotal] =
@@ -203,14 +203,15 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
   send_.resize(size_t(stotal));
   recv_.resize(size_t(rtotal));
   pack_heads(ops_, heads_, sd, q, q_rows[me], k, v, kv_rows[me], Hq, Hkv, D, send_.data());
-  stats.compute_seconds += now_seconds() - t0;
+  timed.stop();
 
-  t0 = now_seconds();
-  comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
-  stats.comm_seconds += now_seconds() - t0;
+  {
+    auto comm = stats.ledger.time(Phase::AttnComm);
+    comm_.alltoallv(send_.data(), sc, sd, recv_.data(), rc, rd);
+  }
 
   // Unpack: rank j's rows go after ranks 0..j-1's.
-  t0 = now_seconds();
+  auto unpacking = stats.ledger.time(Phase::AttnCompute);
   int64_t qr = 0, kr = 0;
   for (int j = 0; j < U; ++j) {
     const float* src = recv_.data() + rd[j];
@@ -221,7 +222,6 @@ void UlyssesRows::scatter_heads(const float* q, const std::vector<int64_t>& q_ro
     qr += q_rows[j];
     kr += kv_rows[j];
   }
-  stats.compute_seconds += now_seconds() - t0;
 }
 
 void UlyssesRows::gather_heads(const float* out_g, const std::vector<int64_t>& q_rows, float* out,
@@ -235,13 +235,13 @@ void UlyssesRows::gather_heads(const float* out_g, const std::vector<int64_t>& q
       plan_alltoall(U, [&](int j) { return q_rows[j] * mine.nq * D; },
                     [&](int j) { return q_rows[me] * heads_[j].nq * D; });
   recv_.resize(size_t(rtotal));
-  double t0 = now_seconds();
-  comm_.alltoallv(out_g, sc, sd, recv_.data(), rc, rd);
-  stats.comm_seconds += now_seconds() - t0;
+  {
+    auto comm = stats.ledger.time(Phase::AttnComm);
+    comm_.alltoallv(out_g, sc, sd, recv_.data(), rc, rd);
+  }
 
-  t0 = now_seconds();
+  auto unpacking = stats.ledger.time(Phase::AttnCompute);
   for (int j = 0; j < U; ++j) unpack_heads(ops_, heads_[j], recv_.data() + rd[j], q_rows[me], Hq, D, out);
-  stats.compute_seconds += now_seconds() - t0;
 }
 
 }  // namespace slope::parallel
