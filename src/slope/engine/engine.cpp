@@ -46,7 +46,7 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
     lo.first_layer = stage_bounds_[stage];
     lo.last_layer = stage_bounds_[stage + 1];
     lo.load_embedding = stage == 0;
-    lo.load_head = stage == config.mesh.pp - 1;
+    lo.load_head = stage == config.mesh.pp - 1 && place.tp_rank == 0;  // only tensor rank 0 reports logits
     lo.tp_rank = place.tp_rank;
     lo.tp_size = config.mesh.tp;
     lo.on_layer_loaded = config.on_layer_loaded;
@@ -87,6 +87,7 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   if (config_.max_memory <= 0) return;
   MemoryQuery q;
   q.shape = config_.mesh;
+  q.balance_tokens = std::max<int64_t>(1, config_.balance_tokens);  // the engine's stages, not the request's
   q.num_tokens = n_max;
   q.batch = int(r.prompts.size());
   q.pp_chunk = pipeline_chunk(r);
@@ -179,6 +180,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   // Activations are not tracked allocation by allocation: report the prediction (--dry-run's).
   MemoryQuery mq;
   mq.shape = config_.mesh;
+  mq.balance_tokens = std::max<int64_t>(1, config_.balance_tokens);
   for (const auto& p : prompts) mq.num_tokens = std::max<int64_t>(mq.num_tokens, int64_t(p.size()));
   mq.batch = int(prompts.size());
   mq.pp_chunk = out.pp_chunk;

@@ -192,32 +192,4 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
   return out;
 }
 
-std::vector<int> balance_stages(const model::ModelConfig& cfg, int stages, int64_t num_tokens) {
-  const int L = int(cfg.num_layers);
-  SLOPE_CHECK(stages >= 1 && stages <= L, "--pp ", stages, " needs between 1 and ", L,
-              " stages (the model has ", L, " layers)");
-  std::vector<double> cost(L);
-  for (int l = 0; l < L; ++l) cost[l] = layer_flops(cfg, l, num_tokens);
-  std::vector<double> prefix(L + 1, 0);
-  for (int l = 0; l < L; ++l) prefix[l + 1] = prefix[l] + cost[l];
-  // best[s][l]: minimal max-stage cost of the first l layers in s stages (each stage >= 1 layer).
-  const double inf = std::numeric_limits<double>::infinity();
-  std::vector<std::vector<double>> best(stages + 1, std::vector<double>(L + 1, inf));
-  std::vector<std::vector<int>> cut(stages + 1, std::vector<int>(L + 1, 0));
-  best[0][0] = 0;
-  for (int s = 1; s <= stages; ++s)
-    for (int l = s; l <= L; ++l)
-      for (int j = s - 1; j < l; ++j) {
-        const double v = std::max(best[s - 1][j], prefix[l] - prefix[j]);
-        if (v < best[s][l]) {
-          best[s][l] = v;
-          cut[s][l] = j;
-        }
-      }
-  std::vector<int> bounds(stages + 1);
-  bounds[stages] = L;
-  for (int s = stages; s > 0; --s) bounds[s - 1] = cut[s][bounds[s]];
-  return bounds;
-}
-
 }  // namespace slope::engine

@@ -58,10 +58,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
                                        ops::AttentionRunner& runner, const PrefillOptions& opts,
                                        Ledger* pipeline = nullptr);
 
-// Contiguous layer ranges for `stages` pipeline stages that balance the predicted cost of a
-// prompt of num_tokens tokens (linear layers plus attention under each layer's mask): returns
-// stages + 1 boundaries, first 0, last num_layers. The embedding lives on the first stage and
-// the final norm + lm_head on the last (their compute is one lookup and one row).
-std::vector<int> balance_stages(const model::ModelConfig& cfg, int stages, int64_t num_tokens);
+// The pipeline's stage split (model/flops.h), the one the planner predicts with.
+using model::balance_stages;
 
 }  // namespace slope::engine

@@ -119,7 +119,7 @@ StagePlan Topology::stage_plan() const {
 
 std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const MemoryQuery& q) {
   const ParallelShape& s = q.shape;
-  const std::vector<int> bounds = balance_stages(c, s.pp, q.num_tokens);
+  const std::vector<int> bounds = balance_stages(c, s.pp, q.balance_tokens > 0 ? q.balance_tokens : q.num_tokens);
   const int64_t wsz = q.bf16 ? 2 : 4;  // packed weight element
   const int64_t H = c.hidden_size, D = c.head_dim, V = c.vocab_size;
   std::vector<RankMemory> out;
@@ -148,7 +148,7 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
       per_layer += mlp * wsz + (c.qk_norm ? 2 * D * 4 : 0);
     m.weights = per_layer * (m.last_layer - m.first_layer);
     if (m.stage == 0) m.weights += V * H * int64_t(dtype_size(q.checkpoint_dtype));
-    if (m.stage == s.pp - 1) m.weights += V * H * wsz + H * 4;
+    if (m.stage == s.pp - 1 && local == 0) m.weights += V * H * wsz + H * 4;  // lm_head: tensor rank 0 only
     m.kv = m.tokens * (m.last_layer - m.first_layer) * int64_t(model::kv_elements_per_token_layer(c, Hkv)) * 4;  // f32
     // Activations of one chunk in one layer: residual, q, attention output, GEMM temporaries,
     // and the context-parallel exchange buffers (about the group's rows of the local heads).

@@ -98,6 +98,7 @@ struct RankMemory {
 struct MemoryQuery {
   ParallelShape shape;
   int64_t num_tokens = 0;
+  int64_t balance_tokens = 0;  // the length the stages were balanced for (0: num_tokens)
   int batch = 1;
   int64_t pp_chunk = 0;  // tokens per pipeline chunk (0: whole prompt)
   int64_t gemm_chunk = 1024;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "slope/model/config.h"
 
@@ -43,6 +44,14 @@ int64_t layer_window(const ModelConfig& cfg, int64_t layer);
 // Layer `layer` over a prompt of n tokens: its linear layers (active experts only) and its
 // attention under the layer's mask.
 double layer_flops(const ModelConfig& cfg, int64_t layer, int64_t n);
+
+// Contiguous layer ranges for `stages` pipeline stages that balance the predicted cost of a
+// prompt of num_tokens tokens (linear layers plus attention under each layer's mask): returns
+// stages + 1 boundaries, first 0, last num_layers. The embedding lives on the first stage and
+// the final norm + lm_head on the last (their compute is one lookup and one row).
+// Throws slope::Error unless 1 <= stages <= layers. The engine splits its pipeline this way and
+// the planner predicts the same split.
+std::vector<int> balance_stages(const ModelConfig& cfg, int stages, int64_t num_tokens);
 // A whole prefill of n tokens: every layer, and lm_head for the last position only.
 double prefill_flops(const ModelConfig& cfg, int64_t n);
 

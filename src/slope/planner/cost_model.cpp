@@ -298,12 +298,11 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
               " chunks; the cost model takes at most ", kMaxPipelineChunks, ": use a chunk of at least ",
               (tokens + kMaxPipelineChunks - 1) / kMaxPipelineChunks, " tokens");
 
-  // Layers of each stage, as even as possible (the first L mod P stages get one more).
+  // Layers of each stage: the engine's split, balanced by FLOPs for this prompt length.
+  const std::vector<int> bounds = model::balance_stages(cfg, m.pp, tokens);
   std::vector<std::vector<int64_t>> stage_layers(m.pp);
-  for (int64_t l = 0, s = 0; s < m.pp; ++s) {
-    int64_t n = cfg.num_layers / m.pp + (s < cfg.num_layers % m.pp ? 1 : 0);
-    for (int64_t i = 0; i < n; ++i) stage_layers[s].push_back(l++);
-  }
+  for (int s = 0; s < m.pp; ++s)
+    for (int l = bounds[s]; l < bounds[s + 1]; ++l) stage_layers[s].push_back(l);
 
   // Attention work of the busiest rank for the chunk [p, p + c) in key-equivalents per query
   // head (tile work with the engine's tiles, else exact pairs / ranks). Full layers: ring
@@ -472,10 +471,11 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
         sc.t.overhead += (kv + layer_buffers) / (eng.zero_fill_gbs * 1e9);
       }
       if (s == m.pp - 1 && j == n_chunks - 1) {
-        // lm_head on the last token only (prefill returns the first token's logits).
-        const double head_bytes = (wb.lm_head > 0 ? wb.lm_head : wb.embedding) / TP;
-        sc.t.lm_head += roof(lm_head_flops_per_token(cfg) / TP, mm_rate, head_bytes, mem_bw) + kern;
-        sc.flops += lm_head_flops_per_token(cfg) / TP;
+        // lm_head on the last token only (prefill returns the first token's logits), whole, on
+        // the tensor rank 0 that holds the last position (the engine does not split the vocabulary).
+        const double head_bytes = wb.lm_head > 0 ? wb.lm_head : wb.embedding;
+        sc.t.lm_head += roof(lm_head_flops_per_token(cfg), mm_rate, head_bytes, mem_bw) + kern;
+        sc.flops += lm_head_flops_per_token(cfg);
       }
     }
   }
@@ -534,8 +534,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     for (int64_t j = 0; j < n_chunks; ++j) hop(busiest, j, &out.pipeline_bytes);
   for (int s = 0; s < m.pp; ++s)
     for (const auto& sc : cost[s]) out.flops_total += sc.flops * m.stage_size();
-  // lm_head runs once, for the last token (its 1/TP share is in every rank's stage cost above).
-  out.flops_total -= lm_head_flops_per_token(cfg) / TP * (m.stage_size() - m.tp);
+  // lm_head runs once, on one rank, for the last token (it is in every rank's stage cost above).
+  out.flops_total -= lm_head_flops_per_token(cfg) * (m.stage_size() - 1);
 
   // Memory of the fullest rank: per stage, weights + KV + attention workspace + activations.
   const double tokens_rank = double(tokens) / cp;
@@ -551,8 +551,11 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     }
     const double layers = full + sliding;
     mu.weights = layers * (wb.per_layer() - wb.norms_per_layer) / TP + layers * wb.norms_per_layer;
-    if (s == 0) mu.weights += wb.embedding / TP;
-    if (s == m.pp - 1) mu.weights += (wb.lm_head > 0 ? wb.lm_head : (m.pp > 1 ? wb.embedding : 0)) / TP + wb.final_norm;
+    // As the engine holds them: the embedding whole on every rank of the first stage (the
+    // checkpoint's table), lm_head packed whole on tensor rank 0 of the last stage (a copy of
+    // the embedding when tied), which is the fullest rank of that stage.
+    if (s == 0) mu.weights += wb.embedding;
+    if (s == m.pp - 1) mu.weights += (wb.lm_head > 0 ? wb.lm_head : wb.embedding) + wb.final_norm;
     // KV kept: every token of my shard for full layers, only the last W for sliding layers.
     const double kv_tok = model::kv_elements_per_token_layer(cfg, int64_t(hs.kv_tp)) * 2;  // bf16 K and V, my heads
     mu.kv_cache = full * tokens_rank * kv_tok + sliding * std::min(double(max_window), tokens_rank) * kv_tok;
