@@ -30,7 +30,10 @@ struct Rng {
   }
   double uniform() { return (double(next() >> 11) + 0.5) * 0x1.0p-53; }  // (0, 1)
   double exponential(double rate) { return -std::log(uniform()) / rate; }
-  double normal() { return std::sqrt(-2 * std::log(uniform())) * std::cos(2 * std::numbers::pi * uniform()); }
+  double normal() {  // Box-Muller; the two draws in a fixed order
+    const double u = uniform(), v = uniform();
+    return std::sqrt(-2 * std::log(u)) * std::cos(2 * std::numbers::pi * v);
+  }
 };
 
 struct Outcome {
