@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdlib>
+#include <memory>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "slope/core/error.h"
@@ -17,6 +20,8 @@ namespace slope::cuda {
 namespace {
 
 int g_rank = 0, g_size = 1;
+bool g_mpi = true;  // false with SLOPE_TEST_NO_MPI=1: one rank, bootstrapped without MPI
+
 
 // Skips unless every rank has a GPU of its own.
 #define REQUIRE_GPU_PER_RANK()                                                                  \
@@ -29,7 +34,9 @@ int g_rank = 0, g_size = 1;
 
 TEST(NcclComm, AllReduceSendRecvAndAllToAllV) {
   REQUIRE_GPU_PER_RANK();
-  NcclComm comm(MPI_COMM_WORLD, g_rank, NcclOptions{});
+  std::unique_ptr<NcclComm> owner = g_mpi ? std::make_unique<NcclComm>(MPI_COMM_WORLD, g_rank)
+                                          : std::make_unique<NcclComm>(NcclComm::new_id(), 0, 1, 0);
+  NcclComm& comm = *owner;
   ASSERT_EQ(comm.rank(), g_rank);
   ASSERT_EQ(comm.size(), g_size);
 
@@ -81,7 +88,10 @@ TEST(NcclComm, AllReduceSendRecvAndAllToAllV) {
 TEST(NcclComm, WatchdogAbortsAReceiveThatNeverCompletes) {
   REQUIRE_GPU_PER_RANK();
   if (g_size != 1) GTEST_SKIP() << "run with one rank: the unmatched receive is from itself";
-  NcclComm comm(MPI_COMM_WORLD, 0, NcclOptions{.timeout = std::chrono::milliseconds(500)});
+  const NcclOptions opt{.timeout = std::chrono::milliseconds(500)};
+  std::unique_ptr<NcclComm> owner = g_mpi ? std::make_unique<NcclComm>(MPI_COMM_WORLD, 0, opt)
+                                          : std::make_unique<NcclComm>(NcclComm::new_id(), 0, 1, 0, opt);
+  NcclComm& comm = *owner;
   DeviceBuffer buf(64);
   comm.recv(buf.data(), 16, ElemType::F32, 0, nullptr);  // no matching send
   try {
@@ -98,12 +108,15 @@ TEST(NcclComm, WatchdogAbortsAReceiveThatNeverCompletes) {
 }  // namespace slope::cuda
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  MPI_Comm_rank(MPI_COMM_WORLD, &slope::cuda::g_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &slope::cuda::g_size);
+  const char* no_mpi = std::getenv("SLOPE_TEST_NO_MPI");
+  slope::cuda::g_mpi = !(no_mpi && std::string(no_mpi) == "1");
+  if (slope::cuda::g_mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &slope::cuda::g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &slope::cuda::g_size);
+  }
   ::testing::InitGoogleTest(&argc, argv);
-  if (slope::cuda::g_rank != 0) ::testing::GTEST_FLAG(output) = "";
   const int rc = RUN_ALL_TESTS();
-  MPI_Finalize();
+  if (slope::cuda::g_mpi) MPI_Finalize();
   return rc;
 }

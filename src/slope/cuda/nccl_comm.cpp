@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
@@ -138,18 +139,53 @@ struct NcclComm::Impl {
   }
 };
 
-NcclComm::NcclComm(MPI_Comm mpi, int device, NcclOptions options) : impl_(std::make_unique<Impl>()) {
+static_assert(sizeof(ncclUniqueId) == sizeof(NcclId), "NcclId must hold an ncclUniqueId");
+
+NcclId NcclComm::new_id() {
+  ncclUniqueId id{};
+  SLOPE_NCCL_CHECK(ncclGetUniqueId(&id));
+  NcclId out;
+  std::memcpy(out.data(), &id, sizeof(id));
+  return out;
+}
+
+static NcclId broadcast_id(MPI_Comm mpi) {
+  int rank = 0;
+  MPI_Comm_rank(mpi, &rank);
+  NcclId id{};
+  if (rank == 0) id = NcclComm::new_id();
+  const int rc = MPI_Bcast(id.data(), int(id.size()), MPI_BYTE, 0, mpi);
+  SLOPE_CHECK(rc == MPI_SUCCESS, "NcclComm: MPI_Bcast of the NCCL unique id failed (MPI error ", rc, ")");
+  return id;
+}
+
+static int mpi_rank(MPI_Comm mpi) {
+  int r = 0;
+  MPI_Comm_rank(mpi, &r);
+  return r;
+}
+
+static int mpi_size(MPI_Comm mpi) {
+  int s = 1;
+  MPI_Comm_size(mpi, &s);
+  return s;
+}
+
+NcclComm::NcclComm(MPI_Comm mpi, int device, NcclOptions options)
+    : NcclComm(broadcast_id(mpi), mpi_rank(mpi), mpi_size(mpi), device, options) {}
+
+NcclComm::NcclComm(const NcclId& id, int rank, int size, int device, NcclOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  SLOPE_CHECK(size >= 1 && rank >= 0 && rank < size, "NcclComm: rank ", rank, " outside [0, ", size, ")");
   Impl& m = *impl_;
   m.opt = options;
   m.device = device;
-  MPI_Comm_rank(mpi, &m.rank);
-  MPI_Comm_size(mpi, &m.size);
+  m.rank = rank;
+  m.size = size;
   SLOPE_CUDA_CHECK(cudaSetDevice(device));
-  ncclUniqueId id{};
-  if (m.rank == 0) SLOPE_NCCL_CHECK(ncclGetUniqueId(&id));
-  const int rc = MPI_Bcast(&id, int(sizeof(id)), MPI_BYTE, 0, mpi);
-  SLOPE_CHECK(rc == MPI_SUCCESS, "NcclComm: MPI_Bcast of the NCCL unique id failed (MPI error ", rc, ")");
-  SLOPE_NCCL_CHECK(ncclCommInitRank(&m.comm, m.size, id, m.rank));
+  ncclUniqueId nid;
+  std::memcpy(&nid, id.data(), sizeof(nid));
+  SLOPE_NCCL_CHECK(ncclCommInitRank(&m.comm, size, nid, rank));
   m.watchdog = std::thread([&m] { m.watch(); });
 }
 

@@ -12,6 +12,7 @@
 
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -30,10 +31,18 @@ struct NcclOptions {
   std::chrono::milliseconds poll{5};  // how often the watchdog looks
 };
 
+// An NCCL unique id (ncclUniqueId's 128 bytes), opaque to callers.
+using NcclId = std::array<char, 128>;
+
 class NcclComm {
  public:
-  // Collective over `mpi`: every rank calls it, with the CUDA device it drives.
+  // Collective over `mpi`: every rank calls it, with the CUDA device it drives. Rank 0 makes
+  // the id (new_id) and MPI_Bcast hands it to the others.
   NcclComm(MPI_Comm mpi, int device, NcclOptions options = {});
+  // Without MPI: every one of `size` ranks passes the same id (from new_id on one of them,
+  // carried by any other means). Also how a single process drives one GPU as one rank.
+  NcclComm(const NcclId& id, int rank, int size, int device, NcclOptions options = {});
+  static NcclId new_id();
   ~NcclComm();
   NcclComm(const NcclComm&) = delete;
   NcclComm& operator=(const NcclComm&) = delete;
