@@ -9,7 +9,10 @@
 #                               $ORIGIN). cuBLAS and NCCL are not carried: they are there.
 #   scripts/gpu-check.sh run    THERE, from the repository root, with .gpu-check carried:
 #                               run every GPU test against the CPU kernels on that machine's
-#                               CPUs and print a summary. Seconds of device time, not minutes.
+#                               CPUs, time the kernels (bench_gpu: copy and cuBLAS ceilings,
+#                               attention at 32K, the grouped MXFP4 GEMM) and PyTorch's SDPA
+#                               flash attention at the same shape, and print a summary. About
+#                               a minute of device time.
 #
 # The device call (the `run` tool), after `pack` here:
 #   command: bash scripts/gpu-check.sh run     carry: [".gpu-check"]     timeout_s: 300
@@ -24,10 +27,10 @@ pack() {
   cmake --preset cuda >/dev/null
   cmake --build --preset cuda
   rm -rf "$dir" && mkdir -p "$dir"
-  cp build/cuda/tests/gpu/test_gpu build/cuda/tests/gpu/test_nccl "$dir"/
+  cp build/cuda/tests/gpu/test_gpu build/cuda/tests/gpu/test_nccl build/cuda/tests/gpu/bench_gpu "$dir"/
   # Every resolved dependency except the C runtime (there, and newer) and CUDA's own libraries
   # (there, matching its driver).
-  for bin in "$dir"/test_gpu "$dir"/test_nccl; do
+  for bin in "$dir"/test_gpu "$dir"/test_nccl "$dir"/bench_gpu; do
     ldd "$bin" | awk '$3 ~ /^\// {print $3}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -84,6 +87,33 @@ run() {
   local rc_nccl=$?
   grep -E '^\[  (FAILED|SKIPPED) |^\[==========\]|^\[  PASSED  \]|error' "$out/test_nccl.log" | head -20
 
+  echo "== kernel timings (bench_gpu; medians of 10, CUDA events)"
+  timeout 180 "$dir/bench_gpu" 2>&1 | tee "$out/bench_gpu.log"
+  local rc_bench=${PIPESTATUS[0]}
+
+  echo "== PyTorch SDPA flash attention, the same shape (32K causal, 64 heads, D 64, bf16)"
+  timeout 120 python3 - <<'PY' 2>&1 | tee "$out/sdpa.log"
+import torch, torch.nn.functional as F
+from torch.nn.attention import sdpa_kernel, SDPBackend
+n, Hq, Hkv, D = 32768, 64, 8, 64
+g = torch.Generator(device="cuda").manual_seed(0)
+q = torch.randn(1, Hq, n, D, device="cuda", dtype=torch.bfloat16, generator=g)
+k = torch.randn(1, Hkv, n, D, device="cuda", dtype=torch.bfloat16, generator=g).repeat_interleave(Hq // Hkv, 1)
+v = torch.randn(1, Hkv, n, D, device="cuda", dtype=torch.bfloat16, generator=g).repeat_interleave(Hq // Hkv, 1)
+def run():
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+for _ in range(2): run()
+torch.cuda.synchronize()
+ts = []
+for _ in range(10):
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record(); run(); b.record(); b.synchronize(); ts.append(a.elapsed_time(b))
+ts.sort(); ms = 0.5 * (ts[4] + ts[5])
+flops = 4.0 * D * Hq * n * (n + 1) / 2
+print(f"torch {torch.__version__} SDPA flash, 32K causal, 64 heads, D 64: {ms:.3f} ms, {flops / ms / 1e9:.1f} TFLOP/s")
+PY
+
   echo "== summary"
   if grep -q 'no CUDA device' "$out/test_gpu.log"; then
     echo "test_gpu: FAIL: the tests found no usable GPU ($(grep -m1 -o 'no CUDA device: .*' "$out/test_gpu.log"))"
@@ -91,6 +121,8 @@ run() {
   fi
   echo "test_gpu:  $([ $rc_gpu -eq 0 ] && echo PASS || echo "FAIL (rc $rc_gpu)")  $(grep -c '^\[       OK \]' "$out/test_gpu.log") ok, $(grep -c '^\[  SKIPPED \]' "$out/test_gpu.log") skip lines"
   echo "test_nccl: $([ $rc_nccl -eq 0 ] && echo PASS || echo "FAIL (rc $rc_nccl)")"
+  echo "bench_gpu: $([ "$rc_bench" -eq 0 ] && echo ran || echo "FAIL (rc $rc_bench)")"
+  grep -E 'TFLOP|GB/s' "$out/bench_gpu.log" "$out/sdpa.log" 2>/dev/null | sed 's/^[^:]*://' 
   [ $rc_gpu -eq 0 ] && [ $rc_nccl -eq 0 ]
 }
 
