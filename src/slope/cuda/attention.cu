@@ -19,8 +19,9 @@
 // a fragment load touches in 8 different 4-bank groups (row strides of 36 or 68 words).
 // DP is head_dim rounded up to 32, 64, 128 or 256; the padding columns are zero.
 //
-// Not yet run on a GPU. Leads for speed once it is: cp.async double buffering of K/V, 16-byte
-// loads, ldmatrix, skipping fully masked warp tiles, and wgmma on sm_90a.
+// Tiles are loaded with 16-byte global loads where head_dim and the pointers allow
+// (load_tile_vec), else element-wise. Not yet run on a GPU. Leads for speed once it is: cp.async
+// double buffering of K/V, ldmatrix, skipping fully masked warp tiles, and wgmma on sm_90a.
 #include "slope/cuda/attention.h"
 
 #include <cuda_bf16.h>
@@ -96,12 +97,48 @@ __device__ void load_tile_t(bf16* dst, int ds, const T* src, int64_t row0, int64
   }
 }
 
+// The same two loads with one 16-byte global load per thread and step (4 f32 or 8 bf16), for
+// head_dim a multiple of that width and 16-byte aligned q/k/v (checked on the host). The plain
+// tile gets one 8- or 16-byte shared store per chunk; the transposed one stores element-wise.
+template <typename T, int DP, int ROWS, bool kTranspose>
+__device__ void load_tile_vec(bf16* dst, int ds, const T* src, int64_t row0, int64_t nrows, int H, int head, int D) {
+  constexpr int V = 16 / sizeof(T);
+  constexpr int kChunks = DP / V;  // per padded row
+  static_assert(DP % V == 0, "padded head_dim holds whole chunks");
+  for (int idx = threadIdx.x; idx < ROWS * kChunks; idx += kThreads) {
+    const int r = idx / kChunks, c0 = (idx % kChunks) * V;
+    const int64_t row = row0 + r;
+    alignas(16) bf16 x[V];
+    if (row < nrows && c0 < D) {  // D % V == 0: the chunk is whole
+      const uint4 u = *reinterpret_cast<const uint4*>(src + (row * H + head) * D + c0);
+      if constexpr (sizeof(T) == 4) {
+        const float* f = reinterpret_cast<const float*>(&u);
+#pragma unroll
+        for (int i = 0; i < V; ++i) x[i] = __float2bfloat16_rn(f[i]);
+      } else {
+        *reinterpret_cast<uint4*>(x) = u;
+      }
+    } else {
+#pragma unroll
+      for (int i = 0; i < V; ++i) x[i] = __float2bfloat16_rn(0.f);
+    }
+    if constexpr (kTranspose) {
+#pragma unroll
+      for (int i = 0; i < V; ++i) dst[(c0 + i) * ds + r] = x[i];
+    } else if constexpr (V == 8) {
+      *reinterpret_cast<uint4*>(dst + r * ds + c0) = *reinterpret_cast<const uint4*>(x);
+    } else {
+      *reinterpret_cast<uint2*>(dst + r * ds + c0) = *reinterpret_cast<const uint2*>(x);
+    }
+  }
+}
+
 template <int DP>
 constexpr size_t smem_bytes() {
   return sizeof(bf16) * (size_t(kBq) * (DP + 8) + size_t(kBk) * (DP + 8) + size_t(DP) * (kBk + 8));
 }
 
-template <typename T, int DP>
+template <typename T, int DP, bool kVec>
 __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   constexpr int QS = DP + 8, KS = DP + 8, VS = kBk + 8;
   constexpr int kQInRegs = DP <= 128;  // at 256 the Q fragments would push the warp past 255 registers
@@ -121,7 +158,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   const T* q = static_cast<const T*>(p.q);
   const T* k = static_cast<const T*>(p.k);
   const T* v = static_cast<const T*>(p.v);
-  load_tile<T, DP, kBq>(Qs, QS, q, i0, p.nq, p.Hq, h, p.D);
+  if constexpr (kVec) load_tile_vec<T, DP, kBq, false>(Qs, QS, q, i0, p.nq, p.Hq, h, p.D);
+  else load_tile<T, DP, kBq>(Qs, QS, q, i0, p.nq, p.Hq, h, p.D);
   __syncthreads();
 
   // This warp's rows: block-local 16·warp + g (accumulator slots 0, 1) and + 8 (slots 2, 3).
@@ -147,8 +185,13 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
 
   for (int64_t j0 = range.lo; j0 < range.hi; j0 += kBk) {
     __syncthreads();  // the previous tile's readers are done
-    load_tile<T, DP, kBk>(Ks, KS, k + 0, j0, range.hi, p.Hkv, kvh, p.D);
-    load_tile_t<T, DP, kBk>(Vt, VS, v + 0, j0, range.hi, p.Hkv, kvh, p.D);
+    if constexpr (kVec) {
+      load_tile_vec<T, DP, kBk, false>(Ks, KS, k, j0, range.hi, p.Hkv, kvh, p.D);
+      load_tile_vec<T, DP, kBk, true>(Vt, VS, v, j0, range.hi, p.Hkv, kvh, p.D);
+    } else {
+      load_tile<T, DP, kBk>(Ks, KS, k, j0, range.hi, p.Hkv, kvh, p.D);
+      load_tile_t<T, DP, kBk>(Vt, VS, v, j0, range.hi, p.Hkv, kvh, p.D);
+    }
     __syncthreads();
 
     // S = Q·Kᵀ for this warp's 16 rows and the tile's 64 keys (8 column tiles of 8).
@@ -262,13 +305,25 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(Params p) {
   }
 }
 
+template <typename T, int DP, bool kVec>
+void launch_kernel(const Params& p, cudaStream_t stream) {
+  constexpr size_t smem = smem_bytes<DP>();
+  SLOPE_CUDA_CHECK(
+      cudaFuncSetAttribute(attention_kernel<T, DP, kVec>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+  const dim3 grid(unsigned((p.nq + kBq - 1) / kBq), unsigned(p.Hq));
+  attention_kernel<T, DP, kVec><<<grid, kThreads, smem, stream>>>(p);
+  SLOPE_CUDA_CHECK_LAUNCH("attention_kernel");
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// 16-byte loads when every row start is 16-byte aligned: head_dim a multiple of the vector
+// width and the three base pointers aligned (views into a larger buffer may not be).
 template <typename T, int DP>
 void launch(const Params& p, cudaStream_t stream) {
-  constexpr size_t smem = smem_bytes<DP>();
-  SLOPE_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<T, DP>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-  const dim3 grid(unsigned((p.nq + kBq - 1) / kBq), unsigned(p.Hq));
-  attention_kernel<T, DP><<<grid, kThreads, smem, stream>>>(p);
-  SLOPE_CUDA_CHECK_LAUNCH("attention_kernel");
+  constexpr int V = 16 / sizeof(T);
+  if (p.D % V == 0 && aligned16(p.q) && aligned16(p.k) && aligned16(p.v)) launch_kernel<T, DP, true>(p, stream);
+  else launch_kernel<T, DP, false>(p, stream);
 }
 
 template <typename T>
