@@ -22,11 +22,13 @@ struct Case {
   bool causal;
   int64_t window;
   bool sinks;
+  bool unaligned = false;  // q, k, v one element past a 16-byte boundary: the element-wise loads
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
   *os << "nq=" << c.nq << " q_pos0=" << c.q_pos0 << " nk=" << c.nk << " kv_pos0=" << c.kv_pos0 << " Hq=" << c.Hq
-      << " Hkv=" << c.Hkv << " D=" << c.D << " causal=" << c.causal << " window=" << c.window << " sinks=" << c.sinks;
+      << " Hkv=" << c.Hkv << " D=" << c.D << " causal=" << c.causal << " window=" << c.window << " sinks=" << c.sinks
+      << (c.unaligned ? " unaligned" : "");
 }
 
 class GpuAttention : public ::testing::TestWithParam<Case> {};
@@ -49,23 +51,29 @@ TEST_P(GpuAttention, MatchesCpuKernel) {
                             .kv_pos0 = c.kv_pos0, .shape = shape, .mask = mask, .scale = scale,
                             .sinks = c.sinks ? sinks.data() : nullptr, .out = ref_out.data(), .lse = ref_lse.data()});
 
-  auto dq = cuda::DeviceBuffer::from(q), dk = cuda::DeviceBuffer::from(k), dv = cuda::DeviceBuffer::from(v);
-  auto dqb = cuda::DeviceBuffer::from(to_bf16_bits(q)), dkb = cuda::DeviceBuffer::from(to_bf16_bits(k)),
-       dvb = cuda::DeviceBuffer::from(to_bf16_bits(v));
+  // With `unaligned`, every input starts one element into its buffer.
+  const size_t off = c.unaligned ? 1 : 0;
+  auto with_offset = [off](auto host) {
+    host.insert(host.begin(), off, typename decltype(host)::value_type{});
+    return cuda::DeviceBuffer::from(host);
+  };
+  auto dq = with_offset(q), dk = with_offset(k), dv = with_offset(v);
+  auto dqb = with_offset(to_bf16_bits(q)), dkb = with_offset(to_bf16_bits(k)), dvb = with_offset(to_bf16_bits(v));
   auto dsinks = cuda::DeviceBuffer::from(sinks);
   for (const bool bf16_inputs : {false, true}) {
     SCOPED_TRACE(bf16_inputs ? "bf16 inputs" : "f32 inputs");
     auto dout = poisoned(ref_out.size()), dlse = poisoned(ref_lse.size());
     const float* ds = c.sinks ? dsinks.as<float>() : nullptr;
     if (bf16_inputs) {
-      cuda::flash_attention(cuda::AttentionArgsBf16{.q = dqb.as<uint16_t>(), .nq = c.nq, .q_pos0 = c.q_pos0,
-                                                    .k = dkb.as<uint16_t>(), .v = dvb.as<uint16_t>(), .nk = c.nk,
+      cuda::flash_attention(cuda::AttentionArgsBf16{.q = dqb.as<uint16_t>() + off, .nq = c.nq, .q_pos0 = c.q_pos0,
+                                                    .k = dkb.as<uint16_t>() + off, .v = dvb.as<uint16_t>() + off,
+                                                    .nk = c.nk,
                                                     .kv_pos0 = c.kv_pos0, .shape = shape, .mask = mask,
                                                     .scale = scale, .sinks = ds, .out = dout.as<float>(),
                                                     .lse = dlse.as<float>()});
     } else {
-      cuda::flash_attention(kernels::AttentionArgs{.q = dq.as<float>(), .nq = c.nq, .q_pos0 = c.q_pos0,
-                                                   .k = dk.as<float>(), .v = dv.as<float>(), .nk = c.nk,
+      cuda::flash_attention(kernels::AttentionArgs{.q = dq.as<float>() + off, .nq = c.nq, .q_pos0 = c.q_pos0,
+                                                   .k = dk.as<float>() + off, .v = dv.as<float>() + off, .nk = c.nk,
                                                    .kv_pos0 = c.kv_pos0, .shape = shape, .mask = mask,
                                                    .scale = scale, .sinks = ds, .out = dout.as<float>(),
                                                    .lse = dlse.as<float>()});
@@ -102,7 +110,9 @@ INSTANTIATE_TEST_SUITE_P(
         // small odd head_dim (padded to 32), window without causal
         Case{129, 0, 129, 0, 2, 1, 20, false, 9, true},
         // no keys at all
-        Case{17, 0, 0, 0, 2, 2, 64, true, 0, true}));
+        Case{17, 0, 0, 0, 2, 2, 64, true, 0, true},
+        // inputs not 16-byte aligned (a view into a larger buffer): the element-wise tile loads
+        Case{70, 10, 100, 0, 4, 2, 64, true, 0, true, true}));
 
 TEST(GpuAttentionArgs, RejectsShapesTheKernelDoesNotTake) {
   // Validation happens before any device work, so this runs without a GPU too.
