@@ -18,11 +18,16 @@ namespace {
 
 using kernels::NormOrder;
 
-// Elements of two bf16-rounded results may differ by one bf16 ulp where a different summation
-// order moves a value across a rounding boundary: allow that, relative to the element.
+// Elements of two bf16-rounded results may differ by a bf16 ulp where a different summation
+// order moves a value across a rounding boundary: allow that for a few elements, relative to
+// the element, and require the rest to be equal (a wrong rounding order would differ in many).
 void expect_within_bf16_ulp(const std::vector<float>& got, const std::vector<float>& want) {
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(got[i], want[i], std::abs(want[i]) * (1.0 / 128) + 1e-30) << "element " << i;
+  size_t equal = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], std::abs(want[i]) * (1.0 / 64) + 1e-30) << "element " << i;
+    equal += got[i] == want[i];
+  }
+  EXPECT_GE(double(equal), 0.98 * double(want.size())) << "elements equal to the CPU's";
 }
 
 TEST(GpuRmsNorm, MatchesCpuForEveryOrderAndDtype) {
