@@ -114,6 +114,50 @@ INSTANTIATE_TEST_SUITE_P(
         // inputs not 16-byte aligned (a view into a larger buffer): the element-wise tile loads
         Case{70, 10, 100, 0, 4, 2, 64, true, 0, true, true}));
 
+// A context-parallel step sequence on the GPU: the keys in three blocks at their global
+// positions, each attended without sinks, merged (attention_merge), then the sinks applied once:
+// the whole-sequence CPU result with sinks, as ring attention composes it.
+TEST(GpuAttention, BlockwiseMergeWithSinksEqualsWholeSequence) {
+  SLOPE_REQUIRE_GPU();
+  const int64_t nq = 90, q_pos0 = 210, n = 300, Hq = 4, Hkv = 2, D = 64;  // queries are rows 210..299
+  std::mt19937 rng(99);
+  const auto q = random_bf16_exact(rng, nq * Hq * D, -2.f, 2.f);
+  const auto k = random_bf16_exact(rng, n * Hkv * D, -2.f, 2.f), v = random_bf16_exact(rng, n * Hkv * D);
+  const auto sinks = random_floats(rng, Hq, -1.f, 2.f);
+  const kernels::AttentionShape shape{Hq, Hkv, D};
+  const kernels::AttentionMask mask{true, 100};  // causal + window: the first block is out of reach
+  const float scale = 0.125f;
+  std::vector<float> ref_out(nq * Hq * D), ref_lse(nq * Hq);
+  kernels::flash_attention({.q = q.data(), .nq = nq, .q_pos0 = q_pos0, .k = k.data(), .v = v.data(), .nk = n,
+                            .shape = shape, .mask = mask, .scale = scale, .sinks = sinks.data(),
+                            .out = ref_out.data(), .lse = ref_lse.data()});
+
+  auto dq = cuda::DeviceBuffer::from(q), dk = cuda::DeviceBuffer::from(k), dv = cuda::DeviceBuffer::from(v);
+  auto ds = cuda::DeviceBuffer::from(sinks);
+  auto acc_out = poisoned(ref_out.size()), acc_lse = poisoned(ref_lse.size());
+  auto blk_out = poisoned(ref_out.size()), blk_lse = poisoned(ref_lse.size());
+  const int64_t bounds[] = {0, 100, 220, n};
+  for (int b = 0; b < 3; ++b) {
+    const int64_t k0 = bounds[b], nk = bounds[b + 1] - k0;
+    cuda::DeviceBuffer& o = b == 0 ? acc_out : blk_out;
+    cuda::DeviceBuffer& l = b == 0 ? acc_lse : blk_lse;
+    cuda::flash_attention(kernels::AttentionArgs{.q = dq.as<float>(), .nq = nq, .q_pos0 = q_pos0,
+                                                 .k = dk.as<float>() + k0 * Hkv * D, .v = dv.as<float>() + k0 * Hkv * D,
+                                                 .nk = nk, .kv_pos0 = k0, .shape = shape, .mask = mask, .scale = scale,
+                                                 .sinks = nullptr, .out = o.as<float>(), .lse = l.as<float>()});
+    if (b > 0)
+      cuda::attention_merge(acc_out.as<float>(), acc_lse.as<float>(), blk_out.as<float>(), blk_lse.as<float>(), nq, Hq,
+                            D);
+  }
+  cuda::attention_apply_sinks(acc_out.as<float>(), acc_lse.as<float>(), ds.as<float>(), nq, Hq, D);
+  cuda::synchronize();
+  const auto out = acc_out.to_host<float>(), lse = acc_lse.to_host<float>();
+  ASSERT_EQ(count_nan(out), 0u);
+  EXPECT_LT(rel_l2(out, ref_out), kMixedTol);
+  for (size_t i = 0; i < lse.size(); ++i)
+    ASSERT_NEAR(lse[i], ref_lse[i], 5e-3 * std::max(1.0, std::abs(double(ref_lse[i])))) << i;
+}
+
 TEST(GpuAttentionArgs, RejectsShapesTheKernelDoesNotTake) {
   // Validation happens before any device work, so this runs without a GPU too.
   float dummy = 0;
