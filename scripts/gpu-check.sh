@@ -27,10 +27,13 @@ pack() {
   cmake --preset cuda >/dev/null
   cmake --build --preset cuda
   rm -rf "$dir" && mkdir -p "$dir"
-  cp build/cuda/tests/gpu/test_gpu build/cuda/tests/gpu/test_nccl build/cuda/tests/gpu/bench_gpu "$dir"/
+  cp build/cuda/tests/gpu/test_gpu build/cuda/tests/gpu/test_nccl build/cuda/tests/gpu/bench_gpu build/cuda/slope "$dir"/
+  # The whole engine on the GPU: the tiny gpt-oss and llama fixtures (under 1 MB each).
+  cp -r tests/reference/fixtures/gpt_oss/model "$dir/model-gpt-oss"
+  cp -r tests/reference/fixtures/llama/model "$dir/model-llama"
   # Every resolved dependency except the C runtime (there, and newer) and CUDA's own libraries
   # (there, matching its driver).
-  for bin in "$dir"/test_gpu "$dir"/test_nccl "$dir"/bench_gpu; do
+  for bin in "$dir"/test_gpu "$dir"/test_nccl "$dir"/bench_gpu "$dir"/slope; do
     ldd "$bin" | awk '$3 ~ /^\// {print $3}'
   done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -87,6 +90,14 @@ run() {
   local rc_nccl=$?
   grep -E '^\[  (FAILED|SKIPPED) |^\[==========\]|^\[  PASSED  \]|error' "$out/test_nccl.log" | head -20
 
+  echo "== the engine on the GPU (slope run --device cuda --check: one rank, against the CPU engine)"
+  local rc_engine=0
+  for m in gpt-oss llama; do
+    timeout 120 "$dir/slope" run --model "$dir/model-$m" --random-tokens 300 --seed 1 --dtype bf16 --device cuda \
+      --threads 4 --check 2>&1 | tee "$out/engine-$m.log" | tail -4
+    [ "${PIPESTATUS[0]}" -eq 0 ] || rc_engine=1
+  done
+
   echo "== kernel timings (bench_gpu; medians of 10, CUDA events)"
   timeout 180 "$dir/bench_gpu" 2>&1 | tee "$out/bench_gpu.log"
   local rc_bench=${PIPESTATUS[0]}
@@ -121,9 +132,10 @@ PY
   fi
   echo "test_gpu:  $([ $rc_gpu -eq 0 ] && echo PASS || echo "FAIL (rc $rc_gpu)")  $(grep -c '^\[       OK \]' "$out/test_gpu.log") ok, $(grep -c '^\[  SKIPPED \]' "$out/test_gpu.log") skip lines"
   echo "test_nccl: $([ $rc_nccl -eq 0 ] && echo PASS || echo "FAIL (rc $rc_nccl)")"
+  echo "engine:    $([ $rc_engine -eq 0 ] && echo PASS || echo FAIL)"
   echo "bench_gpu: $([ "$rc_bench" -eq 0 ] && echo ran || echo "FAIL (rc $rc_bench)")"
   grep -E 'TFLOP|GB/s' "$out/bench_gpu.log" "$out/sdpa.log" 2>/dev/null | sed 's/^[^:]*://' 
-  [ $rc_gpu -eq 0 ] && [ $rc_nccl -eq 0 ]
+  [ $rc_gpu -eq 0 ] && [ $rc_nccl -eq 0 ] && [ $rc_engine -eq 0 ]
 }
 
 case "${1:-}" in

@@ -22,6 +22,10 @@
 #include "slope/engine/distributed.h"
 #include "slope/engine/engine.h"
 #include "slope/engine/kv_export.h"
+#ifdef SLOPE_WITH_CUDA
+#include "slope/cuda/backend.h"
+#include "slope/cuda/device.h"
+#endif
 #include "slope/engine/prefill.h"
 #include "slope/engine/topology.h"
 #include "slope/model/model.h"
@@ -46,6 +50,7 @@ struct RunArgs {
   int batch = 1;
   uint64_t seed = 0;
   std::string dtype = kDefaultComputeDtype;
+  std::string device = "cpu";  // --device cpu|cuda
   int threads = 0;
   int64_t chunk = 1024;
   int top_k = 5;
@@ -69,6 +74,24 @@ struct RunArgs {
 
 void write_logits(const std::string& path, const std::vector<float>& logits) {
   write_file_atomically(path, logits.data(), logits.size() * sizeof(float), "--logits-out file");
+}
+
+// The engine's backend and data plane for --device. A CUDA rank takes GPU (node-local rank mod
+// the node's GPUs).
+void select_device(const std::string& device, parallel::Communicator& world, double timeout_s, engine::EngineConfig& ec) {
+  if (device == "cpu") return;
+#ifdef SLOPE_WITH_CUDA
+  std::string why;
+  const int gpus = cuda::device_count(&why);
+  SLOPE_CHECK(gpus > 0, "--device cuda: no CUDA device (", why, "); run with --device cpu");
+  const int gpu = world.rank() % gpus;
+  cuda::set_device(gpu);
+  ec.backend = &cuda::backend();
+  ec.data_plane = cuda::nccl_data_plane(gpu, timeout_s);
+#else
+  (void)world, (void)timeout_s, (void)ec;
+  fail("--device ", device, ": this slope was built without CUDA; build the cuda preset (cmake --preset cuda) or use --device cpu");
+#endif
 }
 
 nlohmann::json phases_json(const Ledger& t) {
@@ -317,6 +340,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   ec.max_memory = a.max_memory;
   ec.balance_tokens = n;  // stages balanced for the first prompt
   ec.check_weights = a.check_weights;
+  if (!on_every_rank(world, "run", [&] { select_device(a.device, world, a.timeout, ec); })) return kExitError;
   ec.on_layer_loaded = [&](int done, int total) {
     progress.update(str_cat("loading ", a.model_dir, ": layer ", done, "/", total), done == total);
   };
@@ -526,6 +550,8 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed for --random-tokens");
   app.add_option("--batch", a.batch, "with --random-tokens: this many prompts (pipelined as micro-batches)");
   app.add_option("--dtype", a.dtype, "compute type: bf16 (bf16 weights and activations, f32 accumulation) or f32");
+  app.add_option("--device", a.device, "where the prefill runs: cpu, or cuda (a build with -DSLOPE_CUDA=ON; one GPU per rank)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", a.threads, "OpenMP threads per rank (0: the node's cores shared by its ranks)");
   app.add_option("--chunk", a.chunk, "tokens per chunk of the token-local work");
   app.add_option("--top-k", a.top_k, "top logprobs to report");

@@ -29,8 +29,9 @@ Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtyp
   data_ = p;
 }
 
-Tensor Tensor::view(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive) {
+Tensor Tensor::view(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive, Device device) {
   Tensor t;
+  t.device_ = device;
   t.shape_ = std::move(shape);
   t.dtype_ = dtype;
   t.storage_ = std::move(keepalive);

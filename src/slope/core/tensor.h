@@ -26,8 +26,10 @@ class Tensor {
   Tensor() = default;
   // Allocates zero-initialised, 64-byte aligned storage.
   Tensor(Shape shape, DType dtype);
-  // Borrows memory owned elsewhere (an mmap'd file, say); `keepalive` holds the owner alive.
-  static Tensor view(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive = {});
+  // Borrows memory owned elsewhere (an mmap'd file, a device allocation); `keepalive` holds the
+  // owner alive. `device` says where `data` lives (a backend's alloc sets it).
+  static Tensor view(void* data, Shape shape, DType dtype, std::shared_ptr<void> keepalive = {},
+                     Device device = Device::CPU);
 
   const Shape& shape() const { return shape_; }
   int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }

@@ -25,4 +25,6 @@ DeviceInfo device_info(int device) {
 
 void synchronize(Stream stream) { SLOPE_CUDA_CHECK(cudaStreamSynchronize(stream)); }
 
+void set_device(int device) { SLOPE_CUDA_CHECK(cudaSetDevice(device)); }
+
 }  // namespace slope::cuda

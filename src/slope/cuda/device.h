@@ -27,5 +27,7 @@ DeviceInfo device_info(int device = 0);
 
 // Waits for all work on `stream` and throws slope::Error if any of it failed.
 void synchronize(Stream stream = nullptr);
+// Makes `device` the calling thread's current CUDA device.
+void set_device(int device);
 
 }  // namespace slope::cuda

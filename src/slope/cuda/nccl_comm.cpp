@@ -220,6 +220,23 @@ void NcclComm::recv(void* buf, size_t count, ElemType type, int peer, Stream str
   impl_->track(stream, "ncclRecv");
 }
 
+void NcclComm::send_recv(const P2p* ops, size_t n, ElemType type, Stream stream) {
+  impl_->check_usable();
+  if (n == 0) return;
+  for (size_t i = 0; i < n; ++i)  // checked before the group opens, so a bad peer leaves none open
+    SLOPE_CHECK(ops[i].peer >= 0 && ops[i].peer < size(), "NcclComm::send_recv: peer ", ops[i].peer, " outside [0, ",
+                size(), ")");
+  SLOPE_NCCL_CHECK(ncclGroupStart());
+  for (size_t i = 0; i < n; ++i) {
+    if (ops[i].send)
+      SLOPE_NCCL_CHECK(ncclSend(ops[i].buf, ops[i].count, nccl_type(type), ops[i].peer, impl_->comm, stream));
+    else
+      SLOPE_NCCL_CHECK(ncclRecv(ops[i].buf, ops[i].count, nccl_type(type), ops[i].peer, impl_->comm, stream));
+  }
+  SLOPE_NCCL_CHECK(ncclGroupEnd());
+  impl_->track(stream, "send_recv");
+}
+
 void NcclComm::allreduce(const void* send, void* recv, size_t count, ElemType type, ReduceOp op, Stream stream) {
   impl_->check_usable();
   SLOPE_NCCL_CHECK(ncclAllReduce(send, recv, count, nccl_type(type), nccl_op(op), impl_->comm, stream));

@@ -59,6 +59,15 @@ class NcclComm {
   void all_to_all_v(const void* send, const size_t* send_counts, const size_t* send_displs, void* recv,
                     const size_t* recv_counts, const size_t* recv_displs, ElemType type, Stream stream);
 
+  // Point-to-point operations posted together as one NCCL group (what a ring step needs: its
+  // sends and receives must not wait on each other).
+  struct P2p {
+    bool send = true;
+    void* buf = nullptr;
+    size_t count = 0;
+    int peer = 0;
+  };
+  void send_recv(const P2p* ops, size_t n, ElemType type, Stream stream);
   // Waits for `stream`; throws slope::Error if the watchdog aborted the communicator meanwhile
   // (timeout or NCCL error), naming the reason.
   void wait(Stream stream);

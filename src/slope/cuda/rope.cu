@@ -49,8 +49,9 @@ __global__ void rope_kernel(T* x, int64_t n, int64_t H, int64_t D, const double*
 
 }  // namespace
 
-Rope::Rope(const kernels::RopeConfig& cfg) {
-  const kernels::Rope host(cfg);
+Rope::Rope(const kernels::RopeConfig& cfg) : Rope(kernels::Rope(cfg)) {}
+
+Rope::Rope(const kernels::Rope& host) {
   head_dim_ = host.head_dim();
   attention_scaling_ = host.attention_scaling();
   inv_freq_ = DeviceBuffer::from(host.inv_freq());

@@ -16,6 +16,7 @@ class Rope {
  public:
   Rope() = default;
   explicit Rope(const kernels::RopeConfig& cfg);  // throws as kernels::Rope does for bad configs
+  explicit Rope(const kernels::Rope& host);       // the same frequencies as a host Rope
 
   // Rotates x [n, H, head_dim] in place; row i at global position pos0 + i.
   void apply(float* x, int64_t n, int64_t H, int64_t pos0, Stream stream = nullptr) const;

@@ -135,6 +135,8 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   const double t0 = now_seconds();
   out.results = run_prefill(*model_, prompts, out.pp_chunk, topo_->stage_plan(), *runner_, po, &pipeline);
   for (PrefillResult& r : out.results) share_logits(r, world_, request.top_k);
+  if (request.keep_kv && model_->ops().device() != Device::CPU)
+    for (PrefillResult& r : out.results) kv_to_host(r, model_->ops());  // the KV shard is returned in host memory
   out.ttft_s = now_seconds() - t0;  // every prompt's first token known on every rank
   if (cp_) cp_->release_kv_cache();  // the chunked K/V cache of this request's prompts
 
@@ -189,6 +191,15 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   mine.activation_bytes = estimate_memory(cfg, mq).at(size_t(world_.rank())).activations;
   out.reports = gather_reports(mine, world_);
   return out;
+}
+
+void PrefillEngine::kv_to_host(PrefillResult& r, const ops::Backend& ops) {
+  for (std::vector<Tensor>* kv : {&r.k, &r.v})
+    for (Tensor& t : *kv) {
+      Tensor host(t.shape(), t.dtype());
+      ops.to_host(t.data<float>(), t.numel(), host.data<float>());
+      t = std::move(host);
+    }
 }
 
 void PrefillEngine::ship(const PrefillRequest* request) {

@@ -50,7 +50,7 @@ struct EngineConfig {
 struct PrefillRequest {
   std::vector<std::vector<int32_t>> prompts;  // one prompt, or a batch (pipelined as micro-batches)
   int top_k = 5;
-  bool keep_kv = false;                       // keep this rank's KV shard in the result
+  bool keep_kv = false;                       // keep this rank's KV shard in the result (host memory)
   int64_t pp_chunk = -1;                      // -1: the engine's (EngineConfig::mesh.pp_chunk or default)
   std::function<void(const PrefillProgress&)> on_progress;  // this rank only; not shipped
 };
@@ -106,6 +106,7 @@ class PrefillEngine {
   // The request's tokens per pipeline chunk: its own, else the mesh's (default per length).
   int64_t pipeline_chunk(const PrefillRequest& request) const;
   void ship(const PrefillRequest* request);  // rank 0; nullptr: shutdown
+  static void kv_to_host(PrefillResult& r, const ops::Backend& ops);
 
   EngineConfig config_;
   parallel::Communicator& world_;

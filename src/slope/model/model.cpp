@@ -115,7 +115,7 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
   WeightLoader wl{store, c, m->slice_, opts.compute, m->ops(), &m->weight_bytes_};
   const int64_t V = c.vocab_size, H = c.hidden_size;
   if (opts.load_embedding) {
-    m->embedding_ = store.get("model.embed_tokens.weight", {V, H});
+    m->embedding_ = m->ops().upload(store.get("model.embed_tokens.weight", {V, H}));  // no copy on the host
     SLOPE_CHECK(m->embedding_.dtype() == DType::F32 || m->embedding_.dtype() == DType::BF16 ||
                     m->embedding_.dtype() == DType::F16,
                 "model.embed_tokens.weight has dtype ", dtype_name(m->embedding_.dtype()),

@@ -83,8 +83,9 @@ class Backend {
   virtual void copy_columns(const float* src, int64_t rows, int64_t src_cols, int64_t col0, int64_t cols,
                             float* dst, int64_t dst_stride = -1) const = 0;
   virtual void add_inplace(float* y, const float* x, int64_t n) const = 0;
-  // out [n, width] f32 = table[ids[i]]: table is host memory (the checkpoint's embedding),
-  // F32, BF16 or F16; ids are host ids the caller has checked.
+  // out [n, width] f32 = table[ids[i]]: table is the embedding on the device (upload()ed; on the
+  // host backend the mmap'd checkpoint itself), F32, BF16 or F16; ids are host ids the caller
+  // has checked.
   virtual void embed(const void* table, DType dtype, int64_t width, const int32_t* ids, int64_t n,
                      float* out) const = 0;
 

@@ -79,6 +79,17 @@ TEST(CliConventions, UsageErrorsExitTwoAndSayHowToGetHelp) {
   EXPECT_NE(r.out.find("slope run --help"), std::string::npos) << r.out;
 }
 
+// --device cuda on a build without the CUDA backend (this one) is a clear input error, not a
+// crash or a silent CPU run.
+TEST(CliConventions, DeviceCudaWithoutTheBackendSaysHowToGetIt) {
+  auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 4 --device cuda");
+  EXPECT_EQ(r.code, 1) << r.out;
+  EXPECT_NE(r.out.find("built without CUDA"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--preset cuda"), std::string::npos) << r.out;
+  auto bad = sh(kSlope + " run --model " + kModel + " --random-tokens 4 --device tpu");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+}
+
 // A dry run computes nothing: it predicts any mesh's memory from one process.
 TEST(CliConventions, DryRunOfAnyMeshFromOneProcess) {
   auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 300 --pp 4 --dry-run");
