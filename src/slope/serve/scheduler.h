@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -42,9 +43,26 @@ class Predictor {
             planner::CostOptions options = {});
   // Seconds to prefill prompts of these lengths in one pass on instance `i`.
   double pass_seconds(int i, const std::vector<int64_t>& lengths) const;
+  // The same without the correction: the cost model alone.
+  double model_seconds(int i, const std::vector<int64_t>& lengths) const;
   // A measured pass: updates instance i's correction factor.
   void observe(int i, const std::vector<int64_t>& lengths, double measured_s);
   double correction(int i) const;
+  const std::vector<InstanceSpec>& instances() const { return instances_; }
+
+  // The correction is an EWMA of log(measured / model) with weight kCorrectionWeight per pass,
+  // each ratio clamped to [kMinCorrection, kMaxCorrection]: a profile 2x off is within 10%
+  // after 6 passes (0.7^6 · ln 2 < ln 1.1), and one outlier moves it by at most 0.3 in log.
+  static constexpr double kCorrectionWeight = 0.3;
+  static constexpr double kMinCorrection = 0.05, kMaxCorrection = 20;
+
+ private:
+  const InstanceSpec& spec(int i) const;
+  model::ModelConfig model_;
+  planner::HardwareProfile profile_;
+  std::vector<InstanceSpec> instances_;
+  planner::CostOptions options_;
+  std::vector<double> log_correction_;  // per instance; 0 = the cost model as is
 };
 
 struct Job {
@@ -56,11 +74,21 @@ struct Job {
   int priority = 0;          // higher first among equal deadlines
 };
 
+// Why a job was not admitted. The front answers TooLong with a 4xx (no retry helps), Deadline
+// with 429 and Retry-After, Unreachable (the SLO is below the job's TTFT on every idle instance
+// that can run it) with 429 and no Retry-After, Unavailable (every instance that could run it
+// is down) with 503.
+enum class Rejection { None, TooLong, Deadline, Unreachable, Unavailable };
+
 struct Admission {
   bool admitted = false;
+  Rejection rejection = Rejection::None;
   int instance = -1;
   double predicted_ttft_s = 0;  // queue ahead + own pass, from now
-  std::string reason;           // why rejected: "no instance can run N tokens", "deadline"
+  // Why rejected, starting with a fixed key ("too long: ", "deadline: ", "unreachable: ",
+  // "unavailable: ") and going on with the numbers, e.g. "too long: no instance can run 9000
+  // tokens (the longest prompt an instance takes is 8192)".
+  std::string reason;
   double retry_after_s = 0;     // when rejected for load: when the best instance frees up
 };
 
@@ -83,11 +111,56 @@ class Scheduler {
   // A queued job whose client went away: its slot is freed. False if not queued (running/done).
   bool cancel(uint64_t id);
   // Instance i failed (its passes are lost); `down` keeps new work off it until it is back.
+  // Going down drops its running pass and queued jobs as mark_down does; their ids wait for
+  // take_dropped().
   void set_available(int i, bool up);
+  // Instance i is down: no new work goes to it, and the ids of the jobs it loses (the running
+  // pass's first, then the queued ones in the order they would have run) are returned so that
+  // the front can fail them (5xx). set_available(i, true) brings it back.
+  std::vector<uint64_t> mark_down(int i);
+  // The ids dropped by set_available(i, false) since the last call.
+  std::vector<uint64_t> take_dropped();
 
   int queue_depth(int i) const;
   double predicted_backlog_s(int i) const;  // predicted seconds of work queued + running
   const Predictor& predictor() const;
+  int instances() const { return int(state_.size()); }
+  bool available(int i) const;
+
+ private:
+  struct Queued {
+    Job job;
+    double deadline_s = 0;  // the order key: arrival + SLO, or a best-effort job's relaxed one
+    bool guaranteed = true; // admitted on a met deadline (best-effort overflow: false)
+    double model_s = 0;     // its own pass, uncorrected
+    uint64_t seq = 0;       // submission order
+  };
+  struct Running {
+    Pass pass;
+    double start_s = 0;
+    double model_s = 0;
+  };
+  struct InstanceState {
+    bool up = true;
+    std::vector<Queued> queue;  // in the order it runs (policy_'s)
+    std::optional<Running> running;
+  };
+
+  bool before(const Queued& a, const Queued& b) const;  // runs earlier under policy_
+  void check_instance(int i) const;
+  double running_left_s(int i, double now) const;
+  double queued_s(int i) const;  // corrected seconds of the whole queue
+  Admission submit_slo(const Job& job, const std::vector<int>& candidates, double now);
+  Admission submit_fcfs(const Job& job, const std::vector<int>& candidates, double now);
+  void enqueue(int i, Queued q);
+
+  Predictor predictor_;
+  Policy policy_;
+  Clock clock_;
+  std::vector<InstanceState> state_;
+  std::map<uint64_t, int> where_;  // queued or running job id -> instance
+  std::vector<uint64_t> dropped_;
+  uint64_t next_seq_ = 0;
 };
 
 }  // namespace slope::serve
