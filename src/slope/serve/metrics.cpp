@@ -86,17 +86,17 @@ std::string Metrics::render(double now_s) const {
   std::string s;
   s += ttft_.render("slope_ttft_seconds", "time to first token of served requests, from arrival");
   s += queue_.render("slope_queue_seconds", "time served requests waited before their pass started");
-  s += head("slope_requests", "counter", "API answers by endpoint and HTTP status");
+  s += head("slope_requests_total", "counter", "API answers by endpoint and HTTP status");
   for (const auto& [key, n] : requests_)
     s += "slope_requests_total{endpoint=" + label(key.first) + ",code=\"" + std::to_string(key.second) + "\"} " +
          std::to_string(n) + "\n";
-  s += head("slope_slo_met", "counter", "served requests whose TTFT met their ttft_slo_ms");
+  s += head("slope_slo_met_total", "counter", "served requests whose TTFT met their ttft_slo_ms");
   s += "slope_slo_met_total " + std::to_string(slo_met_) + "\n";
-  s += head("slope_slo_missed", "counter", "served requests whose TTFT exceeded their ttft_slo_ms");
+  s += head("slope_slo_missed_total", "counter", "served requests whose TTFT exceeded their ttft_slo_ms");
   s += "slope_slo_missed_total " + std::to_string(slo_missed_) + "\n";
-  s += head("slope_rejected", "counter", "requests refused before running, by reason (429s and draining)");
+  s += head("slope_rejected_total", "counter", "requests refused before running, by reason (429s and draining)");
   for (const auto& [reason, n] : rejected_) s += "slope_rejected_total{reason=" + label(reason) + "} " + std::to_string(n) + "\n";
-  s += head("slope_prompt_tokens", "counter", "prompt tokens prefilled for served requests");
+  s += head("slope_prompt_tokens_total", "counter", "prompt tokens prefilled for served requests");
   s += "slope_prompt_tokens_total " + std::to_string(tokens_) + "\n";
   int64_t recent = 0;
   for (const auto& [t, n] : recent_)
