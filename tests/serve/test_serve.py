@@ -18,12 +18,15 @@ Starts the server on the tiny model with two instances of different meshes ("rin
   - faults: `kill -9` of one rank of the ring=2 instance mid-request gives that request a 5xx
     within the communication timeout, the other instance serves meanwhile, and the killed one
     comes back;
-  - SIGTERM drains and exits 0, leaving no instance process behind.
+  - text prompts encoded with the model's tokenizer.json, as `slope run --prompt` encodes them;
+  - SIGTERM drains (a request in flight completes, new ones get 503) and exits 0, leaving no
+    instance process behind.
 Exit code 0 only if every check passed.
 """
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -385,7 +388,62 @@ def test_fcfs_and_faults():
         print(srv.stderr()[-4000:])
 
 
+def test_text_and_drain():
+    """Text prompts with the model's tokenizer.json (the llama fixture with the tiny Llama-3
+    tokenizer, as the `slope run --prompt` tests use), then SIGTERM with a request in flight."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
+    with tempfile.TemporaryDirectory() as d:
+        model = os.path.join(d, "tiny-llama")
+        shutil.copytree(os.path.join(root, "reference", "fixtures", "llama", "model"), model)
+        shutil.copy(os.path.join(root, "text", "tokenizers", "tiny_llama3", "tokenizer.json"), model)
+        srv = Server(SLOPE, model, ["ring=2", "ring=1"], ["--timeout", str(TIMEOUT_S)])
+        try:
+            client = openai.OpenAI(base_url=srv.base + "/v1", api_key="unused", max_retries=0)
+            text = "The quick brown fox jumps over the lazy dog."
+            r = client.completions.create(model=srv.name, prompt=text, max_tokens=1, logprobs=5)
+            ext = r.model_extra["slope"]
+            m = dict(kv.split("=") for kv in ext["instance_mesh"].split(","))
+            out = subprocess.run(([] if m["ring"] == "1" else mpirun(2)) +
+                                 [SLOPE, "run", "--model", model, "--prompt", text, "--dtype", "f32", "--threads", "1",
+                                  "--top-k", "5", "--json", "--quiet", "--ring", m["ring"]],
+                                 capture_output=True, text=True, timeout=300)
+            j = json.loads(out.stdout.strip().splitlines()[-1]) if out.returncode == 0 else {}
+            check(j and r.usage.prompt_tokens == j["num_tokens"] and ext["first_token"] == j["first_token"] and
+                  r.choices[0].text == j.get("first_token_text") and
+                  all(abs(a[1] - b["logprob"]) <= 1e-5 and a[0] == b["token"] for a, b in zip(ext["top_logprobs"], j["top_logprobs"])),
+                  f"a text prompt: {r.usage.prompt_tokens} tokens, first token {ext['first_token']} "
+                  f"({r.choices[0].text!r}) as slope run --prompt gives ({j.get('first_token')}, {j.get('first_token_text')!r})")
+            top = r.choices[0].logprobs.top_logprobs[0]
+            check(len(top) >= 1 and r.choices[0].text in top, "logprobs are keyed by the tokens' text")
+
+            # SIGTERM drains: a request held in flight (its instance stopped) still completes.
+            _, _, h = srv.request("GET", "/health")
+            pids = [p for i in h["instances"] for p in i["pids"]]
+            for p in pids:
+                os.kill(p, signal.SIGSTOP)
+            result = {}
+            t = threading.Thread(target=lambda: result.update(r=srv.request("POST", "/v1/completions",
+                                                                           body={"prompt": [1, 2, 3]}, timeout=60)))
+            t.start()
+            time.sleep(0.5)
+            srv.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.5)
+            status, _, j = srv.request("POST", "/v1/completions", body={"prompt": [1, 2]})
+            check(status == 503 and j["error"]["code"] == "draining", f"while draining a new request gets 503 ({status})")
+            check(srv.proc.poll() is None and "r" not in result, "the server waits for the request in flight")
+            for p in pids:
+                os.kill(p, signal.SIGCONT)
+            t.join(timeout=30)
+            check(result.get("r", (0,))[0] == 200, "the request in flight completes (200) after SIGTERM")
+        finally:
+            code = srv.stop()
+        check(code == 0, f"SIGTERM with a request in flight: exit 0 after draining (got {code})")
+        if failures:
+            print(srv.stderr()[-4000:])
+
+
 test_main_server()
 test_fcfs_and_faults()
+test_text_and_drain()
 print("PASS" if not failures else f"FAIL: {len(failures)} check(s)")
 sys.exit(1 if failures else 0)
