@@ -308,6 +308,8 @@ def test_main_server():
         served = sent["completions_200"] + sent["prefill_200"]
         check(met + missed == served and count == served and qcount == served,
               f"metrics: SLO met {met} + missed {missed} = TTFT count {count} = queue count {qcount} = {served} served")
+        deletes = {s.labels["code"]: s.value for s in fams["slope_requests"].samples if s.labels.get("endpoint") == "kv_delete"}
+        check(deletes == {"200": 1, "404": 2}, f"metrics: DELETE /v1/kv answers by status {deletes} (sent one 200, two 404)")
         inf = sample(fams, "slope_ttft_seconds", "slope_ttft_seconds_bucket", le="+Inf")
         check(inf == count, "metrics: the TTFT histogram's +Inf bucket holds every request")
         for g in ("slope_instance_busy_fraction", "slope_instance_queue_depth", "slope_instance_prediction_error",

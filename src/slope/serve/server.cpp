@@ -278,6 +278,7 @@ void Server::routes() {
       releases_[size_t(it->second.instance)].push_back(id);
       leases_.erase(it);
       work_cv_.notify_all();
+      res.status = 200;  // httplib sets it only after the handler: the metric needs it now
       res.set_content(json{{"id", id}, {"object", "kv"}, {"deleted", true}}.dump(), "application/json");
     }
     metrics_.request("kv_delete", res.status);
