@@ -115,6 +115,7 @@ struct Pending {
   std::string kv_id;
   double kv_expiry_wall_s = 0;
   int64_t kv_bytes = 0;
+  json kv_layout;      // the instance's ranks' shard layout, copied by its dispatch thread
   int instance = -1;
 };
 
@@ -439,7 +440,7 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
   const InstanceProcess& in = *inst_[size_t(p->instance)];
   json kv = {{"id", p->kv_id}, {"lease_s", p->req.kv_lease_s}, {"lease_expires_at", p->kv_expiry_wall_s},
              {"instance", p->instance}, {"mesh", in.name()}, {"num_tokens", n}, {"bytes", p->kv_bytes},
-             {"ranks", in.hello().value("layout", json::array())}};
+             {"ranks", p->kv_layout}};
   answer(200, {{"id", str_cat("prefill-", p->id)}, {"object", "prefill"}, {"created", created},
                {"model", limits_.model_name}, {"first_token", first}, {"first_token_text", token_text(first)},
                {"top_logprobs", tops}, {"kv", kv}, {"usage", usage}, {"slope", ext}});
@@ -554,6 +555,7 @@ void Server::run_pass(int i, const Pass& pass) {
         leases_[p->kv_id] = Lease{i, now_seconds() + p->req.kv_lease_s};
         p->kv_expiry_wall_s = wall_seconds() + p->req.kv_lease_s;
         p->kv_bytes = int64_t(reply.value("kv_bytes", 0.0));
+        p->kv_layout = in.hello().value("layout", json::array());  // hello() changes only on this thread
       }
       finish(p, 200, json());
       const double ttft = p->end_s - p->arrival_s;
