@@ -17,7 +17,7 @@ Starts the server on the tiny model with two instances of different meshes ("rin
   - a client that disconnects while queued frees its slot (its instance held by SIGSTOP);
   - faults: `kill -9` of one rank of the ring=2 instance mid-request gives that request a 5xx
     within the communication timeout, the other instance serves meanwhile, and the killed one
-    comes back;
+    comes back; a rank that hangs (SIGSTOP) is given up on after --timeout, with the same result;
   - text prompts encoded with the model's tokenizer.json, as `slope run --prompt` encodes them;
   - SIGTERM drains (a request in flight completes, new ones get 503) and exits 0, leaving no
     instance process behind.
@@ -383,6 +383,27 @@ def test_fcfs_and_faults():
         _, fams = metrics(srv)
         check(sample(fams, "slope_instance_restarts", "slope_instance_restarts", instance="0") == 1,
               "metrics: slope_instance_restarts counts the restart")
+
+        # A rank that hangs without dying: its peer gives up after --timeout, the mesh reports
+        # itself broken, and the request gets a 5xx within the timeout (plus the slack of the
+        # poll loops); the instance is restarted again.
+        _, _, h = srv.request("GET", "/health")
+        hung = h["instances"][0]["pids"][1]
+        os.kill(hung, signal.SIGSTOP)
+        t0 = time.time()
+        status, j = 200, {}
+        for _ in range(5):  # until a request lands on ring=2
+            status, _, j = srv.request("POST", "/v1/completions", body={"prompt": prompt(1000, 9)}, timeout=120)
+            if status != 200:
+                break
+            t0 = time.time()
+        waited = time.time() - t0
+        check(500 <= status < 600 and waited <= TIMEOUT_S + 5,
+              f"a hung rank: the request gets a 5xx within the timeout ({status} after {waited:.1f} s: {j})")
+        back = srv.wait_health(lambda x: x["instances"][0]["state"] == "ready" and x["instances"][0]["restarts"] == 2, 60)
+        check(back is not None, "the instance with the hung rank comes back (2 restarts)")
+        if os.path.exists(f"/proc/{hung}"):
+            os.kill(hung, signal.SIGKILL)
     finally:
         code = srv.stop()
     check(code == 0, f"SIGTERM after the fault: exit 0 (got {code})")
