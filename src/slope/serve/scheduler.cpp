@@ -298,9 +298,14 @@ Admission Scheduler::submit_slo(const Job& job, const std::vector<int>& candidat
   a.rejection = Rejection::Deadline;
   a.predicted_ttft_s = soonest->ttft;
   a.retry_after_s = retry_seconds(wait);
-  a.reason = str_cat("deadline: predicted TTFT ", soonest->ttft * 1e3, " ms on the soonest instance ('",
-                     predictor_.instances()[size_t(soonest->instance)].name, "') misses the target of ",
-                     job.slo_s * 1e3, " ms at the current load");
+  const std::string& name = predictor_.instances()[size_t(soonest->instance)].name;
+  if (left - soonest->ttft >= 0)  // it would meet its own deadline, but not without pushing others over
+    a.reason = str_cat("deadline: on the soonest instance ('", name, "') its predicted TTFT of ", soonest->ttft * 1e3,
+                       " ms meets the target of ", job.slo_s * 1e3,
+                       " ms only by making an admitted request miss its own; the instances are full");
+  else
+    a.reason = str_cat("deadline: predicted TTFT ", soonest->ttft * 1e3, " ms on the soonest instance ('", name,
+                       "') misses the target of ", job.slo_s * 1e3, " ms at the current load");
   return a;
 }
 

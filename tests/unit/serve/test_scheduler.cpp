@@ -224,6 +224,10 @@ TEST(ServeScheduler, DoesNotAdmitAJobThatMakesAQueuedOneMiss) {
     ASSERT_TRUE(s.submit(job(1, 8192, f.now, t1 + slack)).admitted);
     const Admission a = s.submit(job(2, 1024, f.now, t2 + 1e-3));
     EXPECT_EQ(a.admitted, margin > 0) << a.reason;
+    if (margin < 0) {
+      EXPECT_EQ(a.rejection, Rejection::Deadline);
+      EXPECT_HAS(a.reason, "only by making an admitted request miss its own");
+    }
     if (margin > 0) {
       EXPECT_EQ(drain(s, f, 0), (std::vector<uint64_t>{2, 1}));
     }
