@@ -8,7 +8,8 @@ set -euo pipefail
 # runtime), but only *recommends* the packages that satisfy it; we install with
 # --no-install-recommends, so they are named here.
 pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
-      libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev pkg-config libpcre2-dev libutf8proc-dev)
+      libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev pkg-config libpcre2-dev libutf8proc-dev
+      libcpp-httplib-dev)
 for arg in "$@"; do
   case "$arg" in
     --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox python3 python3-venv) ;;

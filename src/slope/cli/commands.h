@@ -10,5 +10,7 @@ int cmd_kv_merge(int argc, char** argv);    // kv_merge.cpp: assemble per-rank K
 int cmd_plan(int argc, char** argv);        // plan.cpp: SLO planner
 int cmd_calibrate(int argc, char** argv);   // calibrate.cpp: hardware profile of this machine
 int cmd_tokenize(int argc, char** argv);    // tokenize.cpp: text to ids and back (tokenizer.json)
+int cmd_serve(int argc, char** argv);       // serve.cpp: the HTTP prefill server (front)
+int cmd_instance(int argc, char** argv);    // instance.cpp: one engine instance of serve (hidden)
 
 }  // namespace slope::cli

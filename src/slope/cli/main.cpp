@@ -25,11 +25,14 @@ const Subcommand kSubcommands[] = {
     {"plan", slope::cli::cmd_plan, "pick parallel configurations that meet a TTFT SLO"},
     {"calibrate", slope::cli::cmd_calibrate, "measure this machine into a hardware profile"},
     {"tokenize", slope::cli::cmd_tokenize, "text to token ids and back with a tokenizer.json"},
+    {"serve", slope::cli::cmd_serve, "HTTP prefill server: OpenAI-style API, SLO scheduler, instances"},
+    {"instance", slope::cli::cmd_instance, nullptr},  // started by `slope serve`; not listed
 };
 
 void usage(std::ostream& os) {
   os << "SLOPE: SLO-driven long-context prefill engine\n\nusage: slope <subcommand> [flags]\n\n";
-  for (const auto& s : kSubcommands) os << "  " << s.name << std::string(12 - std::strlen(s.name), ' ') << s.help << "\n";
+  for (const auto& s : kSubcommands)
+    if (s.help) os << "  " << s.name << std::string(12 - std::strlen(s.name), ' ') << s.help << "\n";
   os << "\n`slope <subcommand> --help` lists a subcommand's flags and their defaults; `slope --version`.\n"
      << "exit codes: 0 ok, 1 error in the input or configuration, 2 usage, 3 internal error, 4 --check failed\n";
 }

@@ -16,10 +16,12 @@ namespace {
 // A shipped request: this header (point to point, so that waiting ranks can poll for it), then
 // the prompt lengths and the ids (broadcasts, once every rank is listening).
 struct ShippedHeader {
-  int64_t kind = 0;  // 1: prefill, 0: shutdown
+  int64_t kind = 0;  // 1: prefill, 0: shutdown, 2: release a kept KV shard
   int64_t prompts = 0, top_k = 0, keep_kv = 0, pp_chunk = -1, total_ids = 0;
+  int64_t kv_id_bytes = 0;  // then broadcast: the kv_id's characters (prefill and release)
 };
-constexpr int64_t kShutdown = 0, kPrefill = 1;
+constexpr int64_t kShutdown = 0, kPrefill = 1, kReleaseKv = 2;
+constexpr int64_t kMaxKvIdBytes = 256;
 
 std::string gb(int64_t bytes) { return str_cat(double(bytes) / 1e9, " GB"); }
 
@@ -78,6 +80,10 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   const model::ModelConfig& cfg = model_->config();
   SLOPE_CHECK(!r.prompts.empty(), "the request has no prompt");
   SLOPE_CHECK(r.top_k >= 1 && r.top_k <= cfg.vocab_size, "top_k must be in [1, ", cfg.vocab_size, "], got ", r.top_k);
+  SLOPE_CHECK(r.kv_id.size() <= size_t(kMaxKvIdBytes), "a kv_id is at most ", kMaxKvIdBytes, " bytes, got ",
+              r.kv_id.size());
+  SLOPE_CHECK(r.kv_id.empty() || !kept_.count(r.kv_id), "a KV shard is already kept under id '", r.kv_id,
+              "'; release it first or use another id");
   SLOPE_CHECK(r.pp_chunk >= -1, "pp_chunk must be 0 (whole prompt), positive, or -1 (default), got ", r.pp_chunk);
   int64_t n_max = 0;
   for (const auto& p : r.prompts) {
@@ -124,7 +130,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   PrefillOptions po;
   po.chunk_tokens = config_.gemm_chunk;
   po.top_k = request.top_k;
-  po.keep_kv = request.keep_kv;
+  po.keep_kv = request.keep_kv || !request.kv_id.empty();
   po.on_progress = request.on_progress;
   po.buffers = &buffers_;
   Ledger pipeline;
@@ -190,6 +196,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   mq.bf16 = config_.compute == kernels::ComputeType::BF16;
   mine.activation_bytes = estimate_memory(cfg, mq).at(size_t(world_.rank())).activations;
   out.reports = gather_reports(mine, world_);
+  if (!request.kv_id.empty()) keep_kv(request.kv_id, out);
   return out;
 }
 
@@ -200,6 +207,56 @@ void PrefillEngine::kv_to_host(PrefillResult& r, const ops::Backend& ops) {
       ops.to_host(t.data<float>(), t.numel(), host.data<float>());
       t = std::move(host);
     }
+}
+
+void PrefillEngine::keep_kv(const std::string& kv_id, PrefillOutput& out) {
+  KeptKv kept;
+  for (PrefillResult& r : out.results) {
+    for (const Tensor& t : r.k) kept.bytes += int64_t(t.nbytes());
+    for (const Tensor& t : r.v) kept.bytes += int64_t(t.nbytes());
+    kept.k.push_back(std::move(r.k));
+    kept.v.push_back(std::move(r.v));
+    r.k.clear();
+    r.v.clear();
+  }
+  kept_[kv_id] = std::move(kept);
+}
+
+void PrefillEngine::release_kv(const std::string& kv_id) {
+  SLOPE_CHECK(world_.rank() == 0, "only rank 0 coordinates the mesh");
+  SLOPE_CHECK(broken_.empty(), "the engine is unusable after an error in the mesh (", broken_, "); restart it");
+  SLOPE_CHECK(kept_.count(kv_id), "no KV shard is kept under id '", kv_id, "'");
+  if (world_.size() > 1) {
+    try {
+      ship_release(kv_id);
+    } catch (const std::exception& e) {
+      broken_ = e.what();
+      throw;
+    }
+  }
+  kept_.erase(kv_id);
+}
+
+const KeptKv* PrefillEngine::kept_kv(const std::string& kv_id) const {
+  auto it = kept_.find(kv_id);
+  return it == kept_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> PrefillEngine::kept_kv_ids() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, kv] : kept_) ids.push_back(id);
+  return ids;
+}
+
+void PrefillEngine::ship_release(const std::string& kv_id) {
+  ShippedHeader h;
+  h.kind = kReleaseKv;
+  h.kv_id_bytes = int64_t(kv_id.size());
+  std::vector<parallel::Request> sends;
+  for (int r = 1; r < world_.size(); ++r) sends.push_back(world_.isend_bytes(&h, sizeof(h), r, parallel::Tag::Control));
+  parallel::wait_all(sends);
+  std::string id = kv_id;
+  world_.broadcast(id.data(), id.size(), 0);
 }
 
 void PrefillEngine::ship(const PrefillRequest* request) {
@@ -218,6 +275,7 @@ void PrefillEngine::ship(const PrefillRequest* request) {
       ids.insert(ids.end(), p.begin(), p.end());
     }
     h.total_ids = int64_t(ids.size());
+    h.kv_id_bytes = int64_t(request->kv_id.size());
   }
   std::vector<parallel::Request> sends;
   for (int r = 1; r < world_.size(); ++r) sends.push_back(world_.isend_bytes(&h, sizeof(h), r, parallel::Tag::Control));
@@ -225,6 +283,8 @@ void PrefillEngine::ship(const PrefillRequest* request) {
   if (!request) return;
   world_.broadcast(lengths.data(), lengths.size(), 0);
   world_.broadcast(ids.data(), ids.size(), 0);
+  std::string kv_id = request->kv_id;
+  world_.broadcast(kv_id.data(), kv_id.size(), 0);
 }
 
 PrefillOutput PrefillEngine::submit(const PrefillRequest& request) {
@@ -255,13 +315,23 @@ void PrefillEngine::serve(const std::function<void(const PrefillOutput&)>& on_re
     for (int us = 20; !next.test(); us = std::min(2 * us, 2000))
       std::this_thread::sleep_for(std::chrono::microseconds(us));
     if (h.kind == kShutdown) return;
+    SLOPE_CHECK(h.kv_id_bytes >= 0 && h.kv_id_bytes <= kMaxKvIdBytes, "rank ", world_.rank(),
+                ": malformed request from rank 0");
+    std::string kv_id(size_t(h.kv_id_bytes), '\0');
+    if (h.kind == kReleaseKv) {
+      world_.broadcast(kv_id.data(), kv_id.size(), 0);
+      kept_.erase(kv_id);
+      continue;
+    }
     SLOPE_CHECK(h.kind == kPrefill && h.prompts >= 1 && h.total_ids >= h.prompts, "rank ", world_.rank(),
                 ": malformed request from rank 0");
     std::vector<int64_t> lengths(size_t(h.prompts));
     std::vector<int32_t> ids(size_t(h.total_ids));
     world_.broadcast(lengths.data(), lengths.size(), 0);
     world_.broadcast(ids.data(), ids.size(), 0);
+    world_.broadcast(kv_id.data(), kv_id.size(), 0);
     PrefillRequest r;
+    r.kv_id = kv_id;
     r.top_k = int(h.top_k);
     r.keep_kv = h.keep_kv != 0;
     r.pp_chunk = h.pp_chunk;

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,7 +53,16 @@ struct PrefillRequest {
   int top_k = 5;
   bool keep_kv = false;                       // keep this rank's KV shard in the result (host memory)
   int64_t pp_chunk = -1;                      // -1: the engine's (EngineConfig::mesh.pp_chunk or default)
+  // Non-empty: every rank keeps its KV shard of this request inside the engine under this id
+  // (a server's KV lease) until release_kv(id); the shard is then not in the returned results.
+  std::string kv_id;
   std::function<void(const PrefillProgress&)> on_progress;  // this rank only; not shipped
+};
+
+// A KV shard kept under a request's kv_id: per prompt, per local layer, K and V.
+struct KeptKv {
+  std::vector<std::vector<Tensor>> k, v;  // [prompt][layer] -> [local tokens, kv_heads, head_dim]
+  int64_t bytes = 0;
 };
 
 // Where this rank's KV shard sits in the whole cache: layers [first_layer, first_layer + layers),
@@ -86,6 +96,7 @@ class PrefillEngine {
   const model::Model& model() const { return *model_; }
   const Topology& topology() const { return *topo_; }
   int rank() const { return world_.rank(); }
+  bool broken() const { return !broken_.empty(); }  // an error in the mesh: restart the instance
 
   // Throws slope::Error for a request this engine cannot run; communicates with no one.
   void validate(const PrefillRequest& request) const;
@@ -97,6 +108,13 @@ class PrefillEngine {
   PrefillOutput submit(const PrefillRequest& request);
   // Coordinator: lets the other ranks leave serve().
   void shutdown();
+  // Coordinator: every rank drops the KV shard kept under `kv_id`. Throws slope::Error (and
+  // ships nothing) when no shard is kept under that id.
+  void release_kv(const std::string& kv_id);
+  // The shard kept under `kv_id` on this rank, or nullptr.
+  const KeptKv* kept_kv(const std::string& kv_id) const;
+  std::vector<std::string> kept_kv_ids() const;  // sorted
+
   // Other ranks: runs shipped requests until shutdown(); `on_result` sees each result here.
   // Between requests the rank sleeps between polls for the next one.
   void serve(const std::function<void(const PrefillOutput&)>& on_result = {});
@@ -107,6 +125,8 @@ class PrefillEngine {
   int64_t pipeline_chunk(const PrefillRequest& request) const;
   void ship(const PrefillRequest* request);  // rank 0; nullptr: shutdown
   static void kv_to_host(PrefillResult& r, const ops::Backend& ops);
+  void ship_release(const std::string& kv_id);  // rank 0
+  void keep_kv(const std::string& kv_id, PrefillOutput& out);
 
   EngineConfig config_;
   parallel::Communicator& world_;
@@ -117,6 +137,7 @@ class PrefillEngine {
   model::LayerBuffers buffers_;                       // per-layer buffers kept across prefills
   std::vector<int> stage_bounds_;
   std::string broken_;                                // why the engine is unusable, if it is
+  std::map<std::string, KeptKv> kept_;                // KV shards kept under a request's kv_id
 };
 
 }  // namespace slope::engine

@@ -1,0 +1,75 @@
+// `slope serve`: the HTTP prefill server (serve/server.h, docs/serving.md). The flags are
+// parsed and checked here; each --instance becomes its own MPI job.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <climits>
+#include <filesystem>
+
+#include "slope/cli/cli_util.h"
+#include "slope/cli/commands.h"
+#include "slope/core/error.h"
+#include "slope/serve/server.h"
+
+namespace slope::cli {
+
+int cmd_serve(int argc, char** argv) {
+  serve::ServeOptions o;
+  CLI::App app{"Serve prefills over HTTP (OpenAI-style /v1/completions, /v1/prefill with KV leases, /health,\n"
+               "/metrics), with an SLO scheduler over engine instances of different meshes, each its own\n"
+               "MPI job. See docs/serving.md.", "slope serve"};
+  setup_app(app);
+  app.add_option("--model", o.model_dir, "HF model directory (config.json + safetensors; tokenizer.json for text)")->required();
+  app.add_option("--instance", o.instances, "an instance's mesh, e.g. \"pp=1,ring=2,ulysses=1\" (keys pp, ring, "
+                 "ulysses, tp; absent = 1); repeat for several instances")->required();
+  app.add_option("--served-model-name", o.model_name, "the model id of /v1/models and of requests' \"model\" (default: the directory's name)");
+  app.add_option("--host", o.host, "address to listen on");
+  app.add_option("--port", o.port, "port to listen on (0: any free port, printed at start)");
+  app.add_option("--profile", o.profile, "hardware profile the scheduler predicts TTFT with (a JSON file or profiles/NAME.json)");
+  app.add_option("--scheduler", o.scheduler, "slo (admission by predicted TTFT, EDF) or fcfs (first come, first served)");
+  app.add_option("--slo-ms", o.slo_ms, "default TTFT target of a request (ttft_slo_ms), milliseconds");
+  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on every endpoint");
+  app.add_option("--kv-lease-s", o.kv_lease_s, "default KV lease of /v1/prefill, seconds");
+  app.add_option("--max-kv-lease-s", o.max_kv_lease_s, "the longest kv_lease_s a request may ask for, seconds");
+  app.add_option("--max-body-bytes", o.max_body_bytes, "requests with a larger body get 413");
+  app.add_option("--batch-tokens", o.batch_tokens, "prompts up to this many tokens may share a forward pass (0: never)");
+  app.add_option("--http-threads", o.http_threads, "HTTP worker threads (requests waiting at once)");
+  app.add_option("--drain-s", o.drain_s, "on SIGTERM, wait at most this long for requests in flight");
+  app.add_option("--threads-per-rank", o.launch.threads_per_rank, "OpenMP threads per rank (0: the node's cores shared by its ranks)");
+  app.add_option("--dtype", o.launch.dtype, "compute type: bf16 or f32");
+  app.add_option("--timeout", o.launch.timeout_s, "seconds an instance's rank waits for a peer before the instance fails");
+  app.add_option("--max-memory", o.launch.max_memory, "bytes a rank may need (predicted); longer prompts are refused (0: no limit)");
+  app.add_option("--start-timeout", o.launch.start_timeout_s, "seconds an instance may take to load the model");
+  app.add_option("--launcher", o.launch.launcher, "the command that starts an instance's ranks, before `slope instance ...`; "
+                 "{np} is its rank count (e.g. \"srun -n {np}\", \"mpirun --hostfile H -np {np}\")");
+  app.add_option("--socket-dir", o.launch.socket_dir, "directory for the instances' unix sockets (default: a new one in $TMPDIR)");
+  if (const int code = parse_args(app, argc, argv, "serve"); code >= 0) return code;
+  o.launch.model_dir = o.model_dir;
+  o.launch.dtype = compute_dtype_name(parse_compute_dtype(o.launch.dtype));
+  SLOPE_CHECK(o.launch.timeout_s > 0, "--timeout must be a positive number of seconds, got ", o.launch.timeout_s);
+  SLOPE_CHECK(o.launch.threads_per_rank >= 0, "--threads-per-rank must be 0 or positive");
+  SLOPE_CHECK(o.port >= 0 && o.port <= 65535, "--port must be in [0, 65535], got ", o.port);
+  char self[PATH_MAX];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  SLOPE_CHECK(n > 0, "cannot find this executable (/proc/self/exe) to start the instances");
+  o.launch.slope_binary = std::string(self, size_t(n));
+  bool own_dir = false;
+  if (o.launch.socket_dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/slope-serve-XXXXXX";
+    SLOPE_CHECK(::mkdtemp(templ.data()) != nullptr, "cannot create a socket directory in ", templ);
+    o.launch.socket_dir = templ;
+    own_dir = true;
+  }
+  int code = kExitError;
+  try {
+    code = serve::run_server(o);
+  } catch (...) {
+    if (own_dir) std::filesystem::remove_all(o.launch.socket_dir);
+    throw;
+  }
+  if (own_dir) std::filesystem::remove_all(o.launch.socket_dir);
+  return code;
+}
+
+}  // namespace slope::cli

@@ -1,0 +1,60 @@
+// The HTTP API's requests and errors, without the server: parsing and checking a JSON body into
+// a typed request (every field's type and range; unknown fields refused), and the OpenAI-style
+// error body. docs/serving.md lists every field.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "slope/core/error.h"
+
+namespace slope::text {
+class Tokenizer;
+}
+
+namespace slope::serve {
+
+// A request the API refuses: HTTP status, and the OpenAI error object's fields.
+struct ApiError : Error {
+  ApiError(int status, std::string message, std::string type, std::string param = "", std::string code = "")
+      : Error(message), status(status), type(std::move(type)), param(std::move(param)), code(std::move(code)) {}
+  int status;
+  std::string type, param, code;
+};
+[[noreturn]] void bad_request(const std::string& param, const std::string& code, const std::string& message);
+
+// {"error": {"message", "type", "param", "code"}} (param and code null when empty).
+nlohmann::json error_body(const std::string& message, const std::string& type, const std::string& param = "",
+                          const std::string& code = "");
+
+// What the API checks a prompt against.
+struct ApiLimits {
+  std::string model_name;           // the id /v1/models lists; "model" must be it (or absent)
+  int64_t vocab_size = 0;
+  int64_t max_position = 0;         // the model's max_position_embeddings
+  int64_t max_prompt_tokens = 0;    // the longest prompt some instance can run (memory)
+  double default_slo_ms = 0;
+  double max_kv_lease_s = 0;
+  double default_kv_lease_s = 0;
+  const text::Tokenizer* tokenizer = nullptr;  // text prompts need it
+};
+
+enum class Endpoint { Completions, Prefill };
+
+struct ApiRequest {
+  std::vector<int32_t> prompt;
+  int logprobs = -1;           // -1: none; else top-k at the last position
+  int64_t max_tokens = 16;
+  double ttft_slo_ms = 0;
+  int priority = 0;
+  bool best_effort = false;
+  bool return_logits = false;  // SLOPE: the last position's logits in the response
+  double kv_lease_s = 0;       // /v1/prefill
+};
+
+// Throws ApiError (400, or 404 for an unknown model) naming the field and the problem.
+ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLimits& limits);
+
+}  // namespace slope::serve
