@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs SLOPE's dependencies from Debian 12 packages (idempotent).
-#   scripts/install-deps.sh          what the slope binary needs to build and run (the quickstart)
+#   scripts/install-deps.sh          what the slope binary needs to build and run, and python3 with
+#                                    venv for the quickstart's serving demo (the openai client)
 #   scripts/install-deps.sh --tests  also what the tests and benchmarks need (scripts/test.sh)
 #   scripts/install-deps.sh --fuzz   also clang 14 with libFuzzer and its OpenMP (scripts/fuzz.sh)
 set -euo pipefail
@@ -9,10 +10,10 @@ set -euo pipefail
 # --no-install-recommends, so they are named here.
 pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
       libopenmpi-dev openmpi-bin nlohmann-json3-dev libcli11-dev pkg-config libpcre2-dev libutf8proc-dev
-      libcpp-httplib-dev)
+      libcpp-httplib-dev python3 python3-venv)
 for arg in "$@"; do
   case "$arg" in
-    --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox python3 python3-venv) ;;
+    --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox) ;;
     # clang++ and -fsanitize=fuzzer,address,undefined (libclang-rt-14-dev); libomp for OpenMP.
     --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --tests and/or --fuzz)" >&2; exit 2 ;;

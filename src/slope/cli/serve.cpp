@@ -5,10 +5,16 @@
 #include <CLI/CLI.hpp>
 #include <climits>
 #include <filesystem>
+#include <iostream>
 
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
+#include "slope/core/sys.h"
+#include "slope/model/config.h"
+#include "slope/planner/hardware_profile.h"
+#include "slope/planner/parse.h"
+#include "slope/serve/instance_plan.h"
 #include "slope/serve/server.h"
 
 namespace slope::cli {
@@ -20,8 +26,17 @@ int cmd_serve(int argc, char** argv) {
                "MPI job. See docs/serving.md.", "slope serve"};
   setup_app(app);
   app.add_option("--model", o.model_dir, "HF model directory (config.json + safetensors; tokenizer.json for text)")->required();
-  app.add_option("--instance", o.instances, "an instance's mesh, e.g. \"pp=1,ring=2,ulysses=1\" (keys pp, ring, "
-                 "ulysses, tp; absent = 1); repeat for several instances")->required();
+  auto* inst = app.add_option("--instance", o.instances, "an instance's mesh, e.g. \"pp=1,ring=2,ulysses=1\" (keys pp, ring, "
+                 "ulysses, tp; absent = 1); repeat for several instances");
+  bool plan = false;
+  std::string plan_lengths = "1k,8k";
+  int plan_nodes = 1, plan_devices = 0;
+  auto* plan_flag = app.add_flag("--plan", plan, "let the planner choose the instances (instead of --instance), for "
+                                 "--plan-lengths, --slo-ms and the --profile's machine; see docs/serving.md");
+  app.add_option("--plan-lengths", plan_lengths, "with --plan: the prompt lengths expected, comma-separated (k = 1024)");
+  app.add_option("--plan-nodes", plan_nodes, "with --plan: nodes to plan for");
+  app.add_option("--plan-devices-per-node", plan_devices, "with --plan: devices per node (default: the profile's)");
+  inst->excludes(plan_flag);
   app.add_option("--served-model-name", o.model_name, "the model id of /v1/models and of requests' \"model\" (default: the directory's name)");
   app.add_option("--host", o.host, "address to listen on");
   app.add_option("--port", o.port, "port to listen on (0: any free port, printed at start)");
@@ -44,6 +59,19 @@ int cmd_serve(int argc, char** argv) {
                  "{np} is its rank count (e.g. \"srun -n {np}\", \"mpirun --hostfile H -np {np}\")");
   app.add_option("--socket-dir", o.launch.socket_dir, "directory for the instances' unix sockets (default: a new one in $TMPDIR)");
   if (const int code = parse_args(app, argc, argv, "serve"); code >= 0) return code;
+  SLOPE_CHECK(plan || !o.instances.empty(), "give the instances to start (--instance MESH, repeated) or --plan");
+  if (plan) {
+    std::string profile_path = o.profile;
+    if (!std::filesystem::exists(profile_path) && !find_data_path(profile_path).empty())
+      profile_path = find_data_path(profile_path);
+    const planner::HardwareProfile hw = planner::load_profile(profile_path);
+    const planner::Cluster cluster{plan_nodes, plan_devices > 0 ? plan_devices : hw.node.devices_per_node};
+    SLOPE_CHECK(cluster.nodes >= 1 && cluster.devices_per_node >= 1, "--plan needs at least one node and one device per node");
+    const serve::InstancePlan p = serve::plan_instances(model::load_config(o.model_dir), hw, cluster,
+                                                        planner::parse_contexts(plan_lengths), o.slo_ms / 1e3);
+    for (const std::string& note : p.notes) std::cout << "plan: " << note << "\n";
+    o.instances = p.instances;
+  }
   o.launch.model_dir = o.model_dir;
   o.launch.dtype = compute_dtype_name(parse_compute_dtype(o.launch.dtype));
   SLOPE_CHECK(o.launch.timeout_s > 0, "--timeout must be a positive number of seconds, got ", o.launch.timeout_s);

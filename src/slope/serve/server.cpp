@@ -178,6 +178,10 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
     inst_.push_back(std::make_unique<InstanceProcess>(int(i), mesh, o.launch));
     InstanceSpec s;
     s.name = mesh_spec(mesh);
+    // Several instances of one mesh (a scale-out, or --plan's copies): "...,tp=1#2", "#3", ...
+    int same = 1;
+    for (const InstanceSpec& earlier : specs) same += earlier.mesh.str() == mesh.str() ? 1 : 0;
+    if (same > 1) s.name += str_cat("#", same);
     s.mesh = mesh;
     s.max_tokens = max_tokens_within(cfg_, mesh, o.launch.max_memory, o.launch.dtype == "bf16");
     SLOPE_CHECK(s.max_tokens > 0, "instance ", s.name, " cannot hold even one token within --max-memory ",
