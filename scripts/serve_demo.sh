@@ -12,7 +12,12 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 slope="${SLOPE_BINARY:-$root/build/release/slope}"
 [ -x "$slope" ] || { echo "serve_demo.sh: $slope not found; build it first (cmake --build --preset release --target slope)" >&2; exit 1; }
-py="$(bash "$root/scripts/serve-venv.sh")"
+# The openai client from PyPI (scripts/serve-venv.sh). Where PyPI cannot be reached the demo
+# still runs, with the same requests sent by Python's urllib, and says so.
+if ! py="$(bash "$root/scripts/serve-venv.sh")"; then
+  py=python3
+  echo "serve_demo.sh: the openai client could not be installed from PyPI; sending the same requests with Python's urllib"
+fi
 work="$(mktemp -d)"
 server_pid=""
 cleanup() {
@@ -38,20 +43,44 @@ done
 url="$(grep -o 'http://[^ ]*' "$work/stdout")"
 echo "== $(cat "$work/stdout")"
 "$py" - "$url" <<'PY'
-import json, sys, urllib.request
-import openai
+import json, sys, urllib.error, urllib.request
 url = sys.argv[1]
-client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
-print("== models:", [m.id for m in client.models.list().data])
-def show(title, r):
-    ext = r.model_extra["slope"]
-    print(f"== {title}\n   first token {ext['first_token']} {r.choices[0].text!r}, finish_reason {r.choices[0].finish_reason}, "
-          f"{r.usage.prompt_tokens} prompt tokens, TTFT {ext['ttft_ms']:.1f} ms (predicted {ext['predicted_ttft_ms']:.1f}, "
+try:
+    import openai
+except ImportError:
+    openai = None
+
+def post(path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        return json.load(urllib.request.urlopen(req))
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, **json.load(e)}
+
+def show(title, ext, text, finish, prompt_tokens):
+    print(f"== {title}\n   first token {ext['first_token']} {text!r}, finish_reason {finish}, "
+          f"{prompt_tokens} prompt tokens, TTFT {ext['ttft_ms']:.1f} ms (predicted {ext['predicted_ttft_ms']:.1f}, "
           f"queued {ext['queue_ms']:.2f}) on instance {ext['instance']} ({ext['instance_mesh']})")
-show("completion, token ids", client.completions.create(model="demo", prompt=list(range(1, 200)), max_tokens=1))
-r = client.completions.create(model="demo", prompt="The quick brown fox jumps over the lazy dog.", max_tokens=1, logprobs=3)
-show("completion, text, logprobs=3", r)
-print("   top logprobs:", r.choices[0].logprobs.top_logprobs[0])
+
+text_prompt = "The quick brown fox jumps over the lazy dog."
+if openai:
+    client = openai.OpenAI(base_url=url + "/v1", api_key="none", max_retries=0)
+    print("== models (openai client):", [m.id for m in client.models.list().data])
+    r = client.completions.create(model="demo", prompt=list(range(1, 200)), max_tokens=1)
+    show("completion, token ids", r.model_extra["slope"], r.choices[0].text, r.choices[0].finish_reason, r.usage.prompt_tokens)
+    r = client.completions.create(model="demo", prompt=text_prompt, max_tokens=1, logprobs=3)
+    show("completion, text, logprobs=3", r.model_extra["slope"], r.choices[0].text, r.choices[0].finish_reason,
+         r.usage.prompt_tokens)
+    print("   top logprobs:", r.choices[0].logprobs.top_logprobs[0])
+else:
+    print("== models (urllib):", [m["id"] for m in json.load(urllib.request.urlopen(url + "/v1/models"))["data"]])
+    for title, body in [("completion, token ids", {"model": "demo", "prompt": list(range(1, 200)), "max_tokens": 1}),
+                        ("completion, text, logprobs=3", {"model": "demo", "prompt": text_prompt, "max_tokens": 1, "logprobs": 3})]:
+        r = post("/v1/completions", body)
+        c = r["choices"][0]
+        show(title, r["slope"], c["text"], c["finish_reason"], r["usage"]["prompt_tokens"])
+        if c.get("logprobs"):
+            print("   top logprobs:", c["logprobs"]["top_logprobs"][0])
 req = urllib.request.Request(url + "/v1/prefill", data=json.dumps({"prompt": list(range(5, 300)), "kv_lease_s": 30}).encode(),
                              headers={"Content-Type": "application/json"})
 p = json.load(urllib.request.urlopen(req))
@@ -59,10 +88,14 @@ print(f"== /v1/prefill: first token {p['first_token']}, KV handle {p['kv']['id']
       f"{p['kv']['bytes']} bytes over {len(p['kv']['ranks'])} rank(s), lease until {p['kv']['lease_expires_at']:.0f}")
 urllib.request.urlopen(urllib.request.Request(url + "/v1/kv/" + p["kv"]["id"], method="DELETE"))
 print("== DELETE /v1/kv/" + p["kv"]["id"] + ": released")
-try:
-    client.completions.create(model="demo", prompt=[], max_tokens=1)
-except openai.BadRequestError as e:
-    print(f"== an empty prompt: {e.status_code} {e.body['message']!r}")
+if openai:
+    try:
+        client.completions.create(model="demo", prompt=[], max_tokens=1)
+    except openai.BadRequestError as e:
+        print(f"== an empty prompt: {e.status_code} {e.body['message']!r}")
+else:
+    r = post("/v1/completions", {"model": "demo", "prompt": [], "max_tokens": 1})
+    print(f"== an empty prompt: {r.get('status')} {r['error']['message']!r}")
 print("== /metrics (excerpt):")
 for line in urllib.request.urlopen(url + "/metrics").read().decode().splitlines():
     if not line.startswith("#") and ("_bucket" not in line):

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# The serving comparison of docs/serving.md: the SLO scheduler against first-come-first-served
+# on the same arrivals. One `slope serve` per scheduler, two 1-rank instances of 1 thread each
+# (the machine's 2 cores), on a 1-layer cut of the gpt-oss-shaped `bench` model (its 8K prompt
+# takes 2-3 s on one core), Poisson arrivals of the mixed-256-8k length mix at RATE requests/s
+# for DURATION s, each with a TTFT target of SLO_MS. Writes OUT/{slo,fcfs}.csv (summaries),
+# OUT/{slo,fcfs}-requests.csv, OUT/plan.csv (the planner's curves) and OUT/serving.png.
+#   scripts/bench_serve_compare.sh OUT [RATE (4)] [DURATION (90)] [SLO_MS (5000)]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+out=$1 rate=${2:-4} duration=${3:-90} slo_ms=${4:-5000}
+slope="$root/build/release/slope"
+py="$(bash "$root/scripts/serve-venv.sh")"
+mkdir -p "$out"
+models=${SLOPE_MODELS:-/tmp/models}
+base="$models/bench-gpt-oss-bf16" model="$models/serve-1l"
+[ -f "$base/model.safetensors" ] || "$slope" make-model --arch gpt-oss --preset bench --seed 1 --dtype bf16 --out "$base"
+if [ ! -f "$model/config.json" ]; then  # the first layer only (its weights are read from the whole file)
+  mkdir -p "$model" && ln -sf "$base/model.safetensors" "$model/model.safetensors"
+  python3 - "$base/config.json" "$model/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 1; c["layer_types"] = ["full_attention"]
+json.dump(c, open(sys.argv[2], "w"), indent=1)
+PY
+fi
+[ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+profile="$root/profiles/cpu-zen4-1c.json"
+echo "{\"peak_before\": $("$root/scripts/peak_probe.sh")}" | tee "$out/peak.json"
+"$slope" plan --model "$model" --hardware "$profile" --nodes 1 --devices-per-node 2 --context 2048 \
+  --ttft-slo "$(python3 -c "print($slo_ms/1000)")" --curve-out "$out/plan.csv" > "$out/plan.txt"
+"$slope" plan --predict --model "$model" --hardware "$profile" --mesh 1,1,1,1 --context 256,512,1k,2k,4k,8k --json \
+  > "$out/predict.jsonl"
+for sched in slo fcfs; do
+  log="$out/server-$sched.log"
+  "$slope" serve --model "$model" --instance "ring=1" --instance "ring=1" --threads-per-rank 1 --profile "$profile" \
+    --scheduler "$sched" --slo-ms "$slo_ms" --port 0 --batch-tokens 1024 > "$log" 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do grep -q "listening on" "$log" && break; sleep 0.2; done
+  url="$(grep -o 'http://[^ ]*' "$log" | head -1)"
+  "$py" "$root/scripts/bench_serve.py" --url "$url" --model serve-1l --rate "$rate" --duration "$duration" \
+    --mix mixed-256-8k --slo-ms "$slo_ms" --seed 7 --label "$sched" --csv "$out/$sched.csv" \
+    --requests-csv "$out/$sched-requests.csv" | tee "$out/$sched.txt"
+  curl -s "$url/metrics" > "$out/$sched-metrics.txt" || true
+  kill -TERM "$pid"; wait "$pid" || true
+done
+echo "{\"peak_after\": $("$root/scripts/peak_probe.sh")}" | tee -a "$out/peak.json"
+"$py" "$root/scripts/bench_serve.py" --plot "$out/serving.png" "$out/slo.csv" "$out/fcfs.csv" \
+  --planner-curves "$out/plan.csv" --planner-context 2048 --slo-ms "$slo_ms" \
+  --title "slope serve, 2 x 1-rank instances, mixed-256-8k, SLO $slo_ms ms"
