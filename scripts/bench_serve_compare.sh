@@ -5,6 +5,9 @@
 # takes 2-3 s on one core), Poisson arrivals of the mixed-256-8k length mix at RATE requests/s
 # for DURATION s, each with a TTFT target of SLO_MS. Writes OUT/{slo,fcfs}.csv (summaries),
 # OUT/{slo,fcfs}-requests.csv, OUT/plan.csv (the planner's curves) and OUT/serving.png.
+# RATE may be a comma-separated sweep ("1,2,3,4"): one CSV row per rate. While each server runs,
+# the resident memory of it and its instances' ranks is sampled every second into
+# OUT/{slo,fcfs}-rss.csv (t_s, rss_mib).
 #   scripts/bench_serve_compare.sh OUT [RATE (4)] [DURATION (90)] [SLO_MS (5000)]
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -37,7 +40,16 @@ for sched in slo fcfs; do
   pid=$!
   for _ in $(seq 1 600); do grep -q "listening on" "$log" && break; sleep 0.2; done
   url="$(grep -o 'http://[^ ]*' "$log" | head -1)"
-  "$py" "$root/scripts/bench_serve.py" --url "$url" --model serve-1l --rate "$rate" --duration "$duration" \
+  (  # RSS of the server and every process below it (the instances' mpirun and ranks)
+    echo "t_s,rss_mib"; t0=$(date +%s)
+    while kill -0 "$pid" 2>/dev/null; do
+      pids=$(echo "$pid" $(pgrep -P "$pid") $(for c in $(pgrep -P "$pid"); do pgrep -P "$c"; done) | tr -s ' ' ',')
+      kb=$(ps -o rss= -p "$pids" 2>/dev/null | awk '{s+=$1} END {print s+0}')
+      echo "$(( $(date +%s) - t0 )),$(( kb / 1024 ))"; sleep 1
+    done
+  ) > "$out/$sched-rss.csv" &
+  if [[ "$rate" == *,* ]]; then load=(--sweep "$rate"); else load=(--rate "$rate"); fi
+  "$py" "$root/scripts/bench_serve.py" --url "$url" --model serve-1l "${load[@]}" --duration "$duration" \
     --mix mixed-256-8k --slo-ms "$slo_ms" --seed 7 --label "$sched" --csv "$out/$sched.csv" \
     --requests-csv "$out/$sched-requests.csv" | tee "$out/$sched.txt"
   curl -s "$url/metrics" > "$out/$sched-metrics.txt" || true

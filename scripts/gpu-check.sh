@@ -26,6 +26,7 @@ pack() {
   [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   cmake --preset cuda >/dev/null
   cmake --build --preset cuda
+  cmake --build build/cuda -j2 --target slope  # slope run --device cuda
   rm -rf "$dir" && mkdir -p "$dir"
   cp build/cuda/tests/gpu/test_gpu build/cuda/tests/gpu/test_nccl build/cuda/tests/gpu/bench_gpu build/cuda/slope "$dir"/
   # The whole engine on the GPU: the tiny gpt-oss and llama fixtures (under 1 MB each).
