@@ -76,8 +76,8 @@ void write_logits(const std::string& path, const std::vector<float>& logits) {
   write_file_atomically(path, logits.data(), logits.size() * sizeof(float), "--logits-out file");
 }
 
-// The engine's backend and data plane for --device. A CUDA rank takes GPU (node-local rank mod
-// the node's GPUs).
+// The engine's backend and data plane for --device. A CUDA rank takes GPU (world rank mod the
+// node's GPUs): its node-local GPU when ranks are placed by slot, as many per node as GPUs.
 void select_device(const std::string& device, parallel::Communicator& world, double timeout_s, engine::EngineConfig& ec) {
   if (device == "cpu") return;
 #ifdef SLOPE_WITH_CUDA

@@ -91,8 +91,8 @@ class CudaBackend final : public ops::Backend {
   void embed(const void* table, DType dtype, int64_t width, const int32_t* ids, int64_t n,
              float* out) const override {
     if (n <= 0) return;
-    Tensor dev_ids = staged(ids, size_t(n) * sizeof(int32_t));
-    cuda::embed(table, dtype, width, dev_ids.data<int32_t>(), n, out);
+    const auto* dev_ids = static_cast<const int32_t*>(staged(ids, size_t(n) * sizeof(int32_t)));
+    cuda::embed(table, dtype, width, dev_ids, n, out);
   }
 
   void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps,
@@ -101,8 +101,8 @@ class CudaBackend final : public ops::Backend {
   }
   void rope(const kernels::Rope& rope, float* x, int64_t n, int64_t H, const int64_t* pos) const override {
     if (n <= 0) return;
-    Tensor dev_pos = staged(pos, size_t(n) * sizeof(int64_t));
-    device_rope(rope).apply(x, n, H, dev_pos.data<int64_t>());
+    const auto* dev_pos = static_cast<const int64_t*>(staged(pos, size_t(n) * sizeof(int64_t)));
+    device_rope(rope).apply(x, n, H, dev_pos);
   }
   void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out) const override {
     cuda::silu_mul(gate_up, m, I, out);
@@ -153,12 +153,18 @@ class CudaBackend final : public ops::Backend {
   }
 
  private:
-  // Host data (ids, positions) on the device for one op. Freed when the op returns: cudaFree
-  // waits for the device to finish the work queued on it, so the kernels have read it.
-  Tensor staged(const void* host, size_t bytes) const {
-    std::shared_ptr<void> mem = device_alloc(bytes);
-    check(cudaMemcpy(mem.get(), host, bytes, cudaMemcpyHostToDevice), "cudaMemcpy H2D");
-    return Tensor::view(mem.get(), {int64_t(bytes)}, DType::U8, mem, Device::CUDA);
+  // Host data (ids, positions) on the device for one op, in a grow-only staging buffer. The copy
+  // is ordered on the default stream after the kernels already queued there, so the buffer is
+  // reused only once the op that read it last has run; growing frees the old one (cudaFree
+  // waits for the device).
+  const void* staged(const void* host, size_t bytes) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bytes > staging_bytes_) {
+      staging_ = device_alloc(bytes);
+      staging_bytes_ = bytes;
+    }
+    check(cudaMemcpyAsync(staging_.get(), host, bytes, cudaMemcpyHostToDevice, nullptr), "cudaMemcpyAsync H2D");
+    return staging_.get();
   }
   const Rope& device_rope(const kernels::Rope& host) const {
     std::lock_guard<std::mutex> lock(mu_);
@@ -169,6 +175,8 @@ class CudaBackend final : public ops::Backend {
 
   mutable std::mutex mu_;
   mutable std::shared_ptr<void> flag_;
+  mutable std::shared_ptr<void> staging_;  // see staged()
+  mutable size_t staging_bytes_ = 0;
   mutable std::map<const kernels::Rope*, std::unique_ptr<Rope>> ropes_;
 };
 

@@ -79,7 +79,7 @@ class NcclDataPlane final : public parallel::DataPlane {
   const parallel::CommStats& stats() const override { return stats_; }
 
  private:
-  // One queued transfer's completion: an event recorded after the group that posted it.
+  // A posted group's completion: an event recorded after it, shared by its requests.
   struct Done {
     cudaEvent_t event = nullptr;
     ~Done() {
@@ -109,10 +109,8 @@ class NcclDataPlane final : public parallel::DataPlane {
   };
 
   parallel::Request queue(NcclComm::P2p op) {
-    auto done = std::make_shared<Done>();
     queued_.push_back(op);
-    waiting_.push_back(done);
-    return parallel::Request(std::make_unique<Pending>(this, done));
+    return parallel::Request(std::make_unique<Pending>(this, group_));
   }
   void after_compute() {
     check(cudaEventRecord(compute_done_, nullptr), "cudaEventRecord");
@@ -122,20 +120,11 @@ class NcclDataPlane final : public parallel::DataPlane {
     if (queued_.empty()) return;
     after_compute();
     nccl_->send_recv(queued_.data(), queued_.size(), ElemType::F32, stream_);
-    cudaEvent_t e = nullptr;
-    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventRecord(e, stream_), "cudaEventRecord");
-    // Every request of the group completes with it; the first holds the event's ownership.
-    for (auto& d : waiting_) d->event = nullptr;
-    waiting_.front()->event = e;
-    for (size_t i = 1; i < waiting_.size(); ++i) {
-      cudaEvent_t copy = nullptr;  // events cannot be shared by handle safely across owners
-      check(cudaEventCreateWithFlags(&copy, cudaEventDisableTiming), "cudaEventCreate");
-      check(cudaEventRecord(copy, stream_), "cudaEventRecord");
-      waiting_[i]->event = copy;
-    }
+    // Every request of the group completes with it: one event, shared by their Pending.
+    check(cudaEventCreateWithFlags(&group_->event, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventRecord(group_->event, stream_), "cudaEventRecord");
     queued_.clear();
-    waiting_.clear();
+    group_ = std::make_shared<Done>();
   }
   void wait_stream() {
     const double t0 = now_seconds();
@@ -147,8 +136,8 @@ class NcclDataPlane final : public parallel::DataPlane {
   std::unique_ptr<NcclComm> nccl_;
   cudaStream_t stream_ = nullptr;
   cudaEvent_t compute_done_ = nullptr;
-  std::vector<NcclComm::P2p> queued_;
-  std::vector<std::shared_ptr<Done>> waiting_;
+  std::vector<NcclComm::P2p> queued_;             // posted at the next flush, as one group
+  std::shared_ptr<Done> group_ = std::make_shared<Done>();  // the completion of queued_
   parallel::CommStats stats_;
 };
 
