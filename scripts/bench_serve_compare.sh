@@ -9,6 +9,7 @@
 # the resident memory of it and its instances' ranks is sampled every second into
 # OUT/{slo,fcfs}-rss.csv (t_s, rss_mib).
 #   scripts/bench_serve_compare.sh OUT [RATE (4)] [DURATION (90)] [SLO_MS (5000)]
+# SCHEDULERS="slo" (default "slo fcfs") runs only those; the plot then has their series only.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 out=$1 rate=${2:-4} duration=${3:-90} slo_ms=${4:-5000}
@@ -33,7 +34,8 @@ echo "{\"peak_before\": $("$root/scripts/peak_probe.sh")}" | tee "$out/peak.json
   --ttft-slo "$(python3 -c "print($slo_ms/1000)")" --curve-out "$out/plan.csv" > "$out/plan.txt"
 "$slope" plan --predict --model "$model" --hardware "$profile" --mesh 1,1,1,1 --context 256,512,1k,2k,4k,8k --json \
   > "$out/predict.jsonl"
-for sched in slo fcfs; do
+schedulers=${SCHEDULERS:-slo fcfs}
+for sched in $schedulers; do
   log="$out/server-$sched.log"
   "$slope" serve --model "$model" --instance "ring=1" --instance "ring=1" --threads-per-rank 1 --profile "$profile" \
     --scheduler "$sched" --slo-ms "$slo_ms" --port 0 --batch-tokens 1024 > "$log" 2>&1 &
@@ -56,6 +58,6 @@ for sched in slo fcfs; do
   kill -TERM "$pid"; wait "$pid" || true
 done
 echo "{\"peak_after\": $("$root/scripts/peak_probe.sh")}" | tee -a "$out/peak.json"
-"$py" "$root/scripts/bench_serve.py" --plot "$out/serving.png" "$out/slo.csv" "$out/fcfs.csv" \
+"$py" "$root/scripts/bench_serve.py" --plot "$out/serving.png" $(for s in $schedulers; do echo "$out/$s.csv"; done) \
   --planner-curves "$out/plan.csv" --planner-context 2048 --slo-ms "$slo_ms" \
   --title "slope serve, 2 x 1-rank instances, mixed-256-8k, SLO $slo_ms ms"

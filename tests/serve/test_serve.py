@@ -318,6 +318,18 @@ def test_main_server():
         check("slope_tokens_per_second" in fams and fams["slope_tokens_per_second"].samples[0].value > 0,
               "metrics: tokens per second")
         pids = [p for i in hq2["instances"] for p in i["pids"]]
+        # Resident memory: the front's own, and each instance's ranks' as they reported it after
+        # their last pass, against what /proc says of the same processes now.
+        def proc_rss(pid):
+            with open(f"/proc/{pid}/status") as f:
+                return next(int(l.split()[1]) * 1024 for l in f if l.startswith("VmRSS:"))
+        front = sample(fams, "slope_front_resident_memory_bytes", "slope_front_resident_memory_bytes")
+        check(0.5 < front / proc_rss(srv.proc.pid) < 2, f"metrics: the front's resident memory {front} is its VmRSS")
+        for i, inst in enumerate(hq2["instances"]):
+            got = sample(fams, "slope_instance_resident_memory_bytes", "slope_instance_resident_memory_bytes",
+                         instance=str(i))
+            want = sum(proc_rss(p) for p in inst["pids"])
+            check(0.5 < got / want < 2, f"metrics: instance {i}'s resident memory {got} is its ranks' VmRSS {want}")
     finally:
         code = srv.stop()
     check(code == 0, f"SIGTERM: slope serve exits 0 (got {code})")

@@ -58,13 +58,14 @@ json reply_of(const engine::PrefillOutput& out, const std::vector<std::vector<in
   }
   // Per-rank sums: the critical path is the slowest rank; the communication share is the part
   // of all ranks' prefill time spent moving or waiting for data.
-  double prefill = 0, slowest = 0, comm = 0, compute = 0, kv_bytes = 0;
+  double prefill = 0, slowest = 0, comm = 0, compute = 0, kv_bytes = 0, rss_bytes = 0;
   for (const engine::RankReport& rep : out.reports) {
     prefill += rep.prefill_seconds;
     slowest = std::max(slowest, rep.prefill_seconds);
     comm += rep.cp_wait_seconds + rep.pipe_wait_seconds + rep.tp_seconds;
     compute += rep.other_compute_seconds + rep.cp_compute_seconds;
     kv_bytes += double(rep.kv_bytes);
+    rss_bytes += double(rep.rss_bytes);
   }
   return {{"ok", true},
           {"results", results},
@@ -73,16 +74,17 @@ json reply_of(const engine::PrefillOutput& out, const std::vector<std::vector<in
           {"timings", {{"engine_ttft_ms", out.ttft_s * 1e3}, {"prefill_ms", slowest * 1e3},
                        {"compute_ms", compute * 1e3}, {"communication_ms", comm * 1e3},
                        {"communication_share", prefill > 0 ? comm / prefill : 0.0}}},
-          {"kv_bytes", kv_bytes}};
+          {"kv_bytes", kv_bytes},
+          {"rss_bytes", rss_bytes}};
 }
 
 // Rank 0: the front's requests, one at a time, until the front closes the connection or says
 // shutdown. Returns the exit code.
 int coordinate(engine::PrefillEngine& eng, const InstanceArgs& a, const std::vector<RankLayout>& layout,
-               const std::vector<int>& pids) {
+               const std::vector<int>& pids, int64_t rss_bytes) {
   const int fd = serve::connect_unix(a.socket);
   serve::write_frame(fd, {{"op", "hello"}, {"ranks", eng.config().mesh.size()}, {"mesh", serve::mesh_spec(eng.config().mesh)},
-                          {"pids", pids}, {"layout", layout_json(layout)}});
+                          {"pids", pids}, {"layout", layout_json(layout)}, {"rss_bytes", rss_bytes}});
   for (;;) {
     std::optional<json> msg;
     try {
@@ -144,6 +146,7 @@ int cmd_instance(int argc, char** argv) {
   if (const int code = parse_args(app, argc, argv, "instance", mpi.world_rank() == 0); code >= 0) return code;
   auto world = mpi.world(a.timeout > 0 ? a.timeout : parallel::kDefaultTimeoutSeconds);
   set_num_threads(a.threads > 0 ? a.threads : mpi.default_threads_per_rank());
+  return_large_frees_to_system();  // a long-lived engine: its memory must not creep (docs/serving.md)
   try {
     engine::EngineConfig ec;
     ec.model_dir = a.model_dir;
@@ -162,7 +165,9 @@ int cmd_instance(int argc, char** argv) {
                           m.last_layer() - m.first_layer(), sl.kv_head0, sl.kv_heads, owner ? 1 : 0};
     const std::vector<RankLayout> layout = world->allgather(mine);
     const std::vector<int> pids = world->allgather(int(getpid()));
-    if (world->rank() == 0) return coordinate(eng, a, layout, pids);
+    int64_t rss_bytes = 0;  // the ranks' resident memory with the model loaded
+    for (const int64_t r : world->allgather(current_rss_bytes())) rss_bytes += r;
+    if (world->rank() == 0) return coordinate(eng, a, layout, pids, rss_bytes);
     eng.serve();
     return kExitOk;
   } catch (const std::exception& e) {

@@ -59,6 +59,7 @@ int cmd_serve(int argc, char** argv) {
                  "{np} is its rank count (e.g. \"srun -n {np}\", \"mpirun --hostfile H -np {np}\")");
   app.add_option("--socket-dir", o.launch.socket_dir, "directory for the instances' unix sockets (default: a new one in $TMPDIR)");
   if (const int code = parse_args(app, argc, argv, "serve"); code >= 0) return code;
+  return_large_frees_to_system();
   SLOPE_CHECK(plan || !o.instances.empty(), "give the instances to start (--instance MESH, repeated) or --plan");
   if (plan) {
     std::string profile_path = o.profile;

@@ -1,5 +1,6 @@
 #include "slope/core/sys.h"
 
+#include <malloc.h>
 #include <omp.h>
 
 #include <unistd.h>
@@ -21,6 +22,7 @@ int64_t status_kib(const std::string& key) {
 
 int64_t peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
 int64_t current_rss_bytes() { return status_kib("VmRSS:") * 1024; }
+void return_large_frees_to_system() { mallopt(M_MMAP_THRESHOLD, 256 << 10); }  // a fixed threshold: no raising
 int num_threads() { return omp_get_max_threads(); }
 void set_num_threads(int n) { omp_set_num_threads(n); }
 

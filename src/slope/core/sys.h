@@ -19,6 +19,13 @@ int64_t peak_rss_bytes();
 // Current resident set size in bytes (VmRSS), 0 if unknown.
 int64_t current_rss_bytes();
 
+// For long-lived processes (a server's instances and its front): allocations of at least
+// 256 KiB are mapped and unmapped on their own, so their memory goes back to the system when
+// freed. glibc's default raises that threshold after each such free (up to 32 MiB), after which
+// a prefill's activations of a mix of prompt lengths come from the heap, which fragments and
+// grows for as long as the process lives. Costs a page fault per 4 KiB of each big allocation.
+void return_large_frees_to_system();
+
 // OpenMP threads used by kernels.
 int num_threads();
 void set_num_threads(int n);

@@ -37,6 +37,7 @@ struct RankReport {
   int64_t kv_bytes = 0;
   int64_t activation_bytes = 0;  // predicted (engine::estimate_memory)
   int64_t peak_rss_bytes = 0;
+  int64_t rss_bytes = 0;  // resident memory at the end of the prefill
 };
 // All ranks' reports on root (in rank order), empty elsewhere.
 std::vector<RankReport> gather_reports(const RankReport& mine, parallel::Communicator& comm,

@@ -185,6 +185,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   mine.bytes_sent += tp_bytes;
   mine.bytes_received += tp_bytes;
   mine.peak_rss_bytes = peak_rss_bytes();
+  mine.rss_bytes = current_rss_bytes();
   // Activations are not tracked allocation by allocation: report the prediction (--dry-run's).
   MemoryQuery mq;
   mq.shape = config_.mesh;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "slope/core/sys.h"
+
 namespace slope::serve {
 namespace {
 
@@ -73,13 +75,14 @@ void Metrics::served(double ttft_s, double queue_s, bool slo_met, int64_t tokens
   while (!recent_.empty() && recent_.front().first < now_s - kRateWindowS) recent_.pop_front();
 }
 
-void Metrics::pass(int i, double predicted_s, double measured_s, double comm_share) {
+void Metrics::pass(int i, double predicted_s, double measured_s, double comm_share, double rss_bytes) {
   InstanceMetrics& m = instances_.at(size_t(i));
   const double err = measured_s > 0 ? std::abs(predicted_s - measured_s) / measured_s : 0;
   ++m.passes;
   m.busy_s += measured_s;
   m.prediction_error += (err - m.prediction_error) / double(m.passes);
   m.communication_share += (comm_share - m.communication_share) / double(m.passes);
+  if (rss_bytes >= 0) m.rss_bytes = rss_bytes;
 }
 
 std::string Metrics::render(double now_s) const {
@@ -104,6 +107,8 @@ std::string Metrics::render(double now_s) const {
   const double window = std::min(kRateWindowS, std::max(1e-9, now_s - start_s_));
   s += head("slope_tokens_per_second", "gauge", "prompt tokens prefilled per second over the last minute");
   s += "slope_tokens_per_second " + num(double(recent) / window) + "\n";
+  s += head("slope_front_resident_memory_bytes", "gauge", "resident memory of the server's front process");
+  s += "slope_front_resident_memory_bytes " + num(double(current_rss_bytes())) + "\n";
   const double uptime = std::max(1e-9, now_s - start_s_);
   struct Gauge {
     const char* name;
@@ -123,6 +128,8 @@ std::string Metrics::render(double now_s) const {
        [](const InstanceMetrics& m, double) { return m.communication_share; }},
       {"slope_instance_restarts", "times the instance was restarted after a failure",
        [](const InstanceMetrics& m, double) { return double(m.restarts); }},
+      {"slope_instance_resident_memory_bytes", "the instance's ranks' resident memory summed, after its last pass",
+       [](const InstanceMetrics& m, double) { return m.rss_bytes; }},
   };
   for (const Gauge& g : gauges) {
     s += head(g.name, "gauge", g.help);

@@ -35,6 +35,7 @@ struct InstanceMetrics {
   double prediction_error = 0;     // mean |predicted - measured| / measured over passes
   double communication_share = 0;  // mean over passes: ranks' time communicating / prefilling
   uint64_t passes = 0;
+  double rss_bytes = 0;   // its ranks' resident memory summed, after its last pass
 };
 
 class Metrics {
@@ -43,7 +44,8 @@ class Metrics {
   void request(const std::string& endpoint, int status);      // every HTTP answer of the API
   void rejected(const std::string& reason);                    // the scheduler's (429) and draining
   void served(double ttft_s, double queue_s, bool slo_met, int64_t tokens, double now_s);
-  void pass(int instance, double predicted_s, double measured_s, double comm_share);
+  // rss_bytes: the ranks' resident memory after the pass, < 0 if not known (a failed pass).
+  void pass(int instance, double predicted_s, double measured_s, double comm_share, double rss_bytes);
   std::vector<InstanceMetrics>& instances() { return instances_; }
   std::string render(double now_s) const;
 

@@ -522,7 +522,7 @@ void Server::run_pass(int i, const Pass& pass) {
     }
   }
   const double t0 = now_seconds();
-  double comm_share = 0;
+  double comm_share = 0, rss_bytes = -1;
   for (const auto& group : groups) {
     if (group.empty()) continue;
     json prompts = json::array();
@@ -551,6 +551,7 @@ void Server::run_pass(int i, const Pass& pass) {
     timings["pass_ms"] = (g1 - g0) * 1e3;
     timings["batch"] = group.size();
     comm_share = std::max(comm_share, timings.value("communication_share", 0.0));
+    rss_bytes = reply.value("rss_bytes", -1.0);
     for (size_t b = 0; b < group.size(); ++b) {
       const std::shared_ptr<Pending>& p = group[b];
       p->result = reply.at("results").at(b);
@@ -571,7 +572,7 @@ void Server::run_pass(int i, const Pass& pass) {
   std::lock_guard lk(mu_);
   const double measured = now_seconds() - t0;
   sched_->complete(i, pass, measured);
-  metrics_.pass(i, pass.predicted_s, measured, comm_share);
+  metrics_.pass(i, pass.predicted_s, measured, comm_share, rss_bytes);
   done_cv_.notify_all();
 }
 
@@ -610,6 +611,7 @@ void Server::restart(int i, const std::string& why) {
   }
   std::lock_guard lk(mu_);
   in.set_state(InstanceState::Ready);
+  metrics_.instances()[size_t(i)].rss_bytes = in.hello().value("rss_bytes", 0.0);
   sched_->set_available(i, true);
   std::cerr << "slope serve: instance " << in.name() << " is back (restart " << in.restarts() << ")\n";
   work_cv_.notify_all();
@@ -624,10 +626,12 @@ int Server::run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  for (auto& in : inst_) {
-    std::cerr << "slope serve: starting instance " << in->name() << " (" << in->mesh().size() << " ranks)\n";
-    in->start();  // InstanceFailure is a slope::Error: the message says which instance and why
-    in->set_state(InstanceState::Ready);
+  for (size_t i = 0; i < inst_.size(); ++i) {
+    InstanceProcess& in = *inst_[i];
+    std::cerr << "slope serve: starting instance " << in.name() << " (" << in.mesh().size() << " ranks)\n";
+    in.start();  // InstanceFailure is a slope::Error: the message says which instance and why
+    in.set_state(InstanceState::Ready);
+    metrics_.instances()[i].rss_bytes = in.hello().value("rss_bytes", 0.0);
   }
   routes();
   int port = opt_.port;
