@@ -86,7 +86,8 @@ def to_dynamic_cache(cache: KvCache, config, device=None, dtype=None):
             k, v = _layer_rows(cache, i, keep, f"sliding layer (window {layer.sliding_window})")
         elif type(layer) is DynamicLayer:
             if window != 0:
-                raise ValueError(f"layer {i}: the KV cache's layer has a window of {window}, the model's is full attention")
+                raise ValueError(f"layer {i}: the KV cache's layer has a window of {window}, "
+                                 "the model's is full attention")
             k, v = _layer_rows(cache, i, n, "full-attention layer")
         else:
             raise ValueError(f"layer {i}: transformers made a {type(layer).__name__} for it; only full and "
