@@ -21,6 +21,7 @@ Checked:
   - the KV is really used (on the 4-rank mesh): one position's K moved in a full layer, and in a
     sliding layer inside its window, changes the logits by far more than LOGITS_TOL; moved in a
     sliding layer before its window (which transformers never reads again), nothing changes;
+  - sliding layers trimmed to their last W rows, as the transfer sends them, decode the same;
   - bad input is refused with a clear error: another prompt, a sliding layer trimmed below what
     transformers keeps, another model's cache, an unknown first token.
 Exit 0 only if every check passed; 77 (skipped) when torch/transformers are not importable.
@@ -175,6 +176,19 @@ def check_kv_is_used(model, tokens, cache, base, what):
                   f"{what}: K moved at {where} changes nothing (logits rel err {err:.1e})")
 
 
+def check_window_trim(model, tokens, cache, base, what):
+    """Sliding layers cut to their last W rows (what the transfer sends) decode exactly the same."""
+    n = cache.num_tokens
+    layers = [LayerKv(l.k[-l.window:], l.v[-l.window:], max(0, n - l.window), l.window) if l.window else l
+              for l in cache.layers]
+    trimmed = KvCache(n, cache.num_kv_heads, cache.head_dim, cache.architecture, layers, cache.first_token,
+                      dict(cache.meta))
+    got = generate_from_kv(model, tokens, trimmed, len(base.tokens))
+    rows = sorted({l.rows for l in layers})
+    check(got.tokens == base.tokens and torch.equal(got.logits, base.logits),
+          f"{what}: sliding layers trimmed to their last window (rows per layer {rows}) decode the same")
+
+
 def expect_error(fn, words, what):
     try:
         fn()
@@ -249,6 +263,8 @@ def main():
                 if mesh == PERTURB_MESH or (PERTURB_MESH not in args.meshes and mesh == args.meshes.split(",")[0]):
                     with torch.no_grad():
                         check_kv_is_used(model, tokens, cache, got, what)
+                        if any(l.window for l in cache.layers):
+                            check_window_trim(model, tokens, cache, got, what)
                     check_bad_input(model, other, tokens, cache, what)
     if failures:
         print("failed:\n  " + "\n  ".join(failures))
