@@ -218,6 +218,7 @@ def main() -> int:
             rope = llama_cpp.llama_model_rope_type(engines[False].llm.model)
             want_rope = {"norm": llama_cpp.LLAMA_ROPE_TYPE_NORM, "neox": llama_cpp.LLAMA_ROPE_TYPE_NEOX}[layout.rope]
             if rope != want_rope:
+                cases += 1
                 failures.append(f"{family}: llama.cpp's rope type {rope}, the writer's table says {layout.rope}")
                 continue
             print(f"{family}: {layout}")
@@ -265,6 +266,14 @@ def main() -> int:
                             if toks != ref_toks:
                                 raise AssertionError(f"tokens {toks}, llama.cpp's own {ref_toks}")
                             msg = f"kv {kv_err:.1e}, logits {err:.1e}"
+                            if any(layer.window for layer in cache.layers):
+                                # what a window-trimmed pull hands over: SWA layers hold only their last W
+                                lc.restore(eng.llm, window_trimmed(cache), tokens, layout=layout)
+                                tlog, ttoks = eng.greedy(first, args.steps)
+                                if rel(tlog, ref_logits) > tol or ttoks != ref_toks:
+                                    raise AssertionError(f"from the window-trimmed cache: logits "
+                                                         f"{rel(tlog, ref_logits):.2e}, tokens {ttoks} vs {ref_toks}")
+                                msg += ", trimmed ok"
                             if not file_checked:  # the 'ggsq' file through llama_state_seq_load_file
                                 path = os.path.join(work, f"{family}-{n}.ggsq")
                                 lc.write_seq_state_file(path, cache, tokens, layout, flash_attn=fa)
@@ -297,6 +306,19 @@ def main() -> int:
     for f in failures:
         print(f"FAIL: {f}", file=sys.stderr)
     return 1 if failures else 0
+
+
+def window_trimmed(cache):
+    """A copy of the cache whose sliding-window layers keep only their last `window` rows."""
+    import copy
+
+    out = copy.copy(cache)
+    out.layers = []
+    for layer in cache.layers:
+        lo = max(0, cache.num_tokens - layer.window) if layer.window else 0
+        out.layers.append(type(layer)(layer.k[lo:], layer.v[lo:], lo, layer.window))
+    out.check()
+    return out
 
 
 def perturbed(cache, layer: int):
