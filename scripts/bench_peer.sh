@@ -42,11 +42,9 @@
 #   switches GptOssModel.set_vocab to the same Llama-vocab path (documented in the output).
 set -euo pipefail
 
-LCP_VERSION=0.3.36   # llama-cpp-python sdist; vendors ggml-org/llama.cpp@0c1e57098
-LCP_SHA256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-LLAMA_COMMIT=0c1e57098
-
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=scripts/llamacpp-sdist.sh
+. "$repo/scripts/llamacpp-sdist.sh"   # LCP_VERSION, LLAMA_COMMIT, llamacpp_fetch_sdist
 peer="${SLOPE_PEER_DIR:-/opt/peer}"
 ref_venv="${SLOPE_REF_VENV:-/opt/slope-ref}"
 jobs="${JOBS:-2}"
@@ -74,22 +72,13 @@ done
 
 log() { echo "[bench_peer] $*" >&2; }
 
-src="$peer/src/llama_cpp_python-$LCP_VERSION"
-llama="$src/vendor/llama.cpp"
 build="$peer/build-$LCP_VERSION"
 venv="$peer/venv"
-mkdir -p "$peer/dl" "$peer/src" "$peer/models" "$peer/work"
+mkdir -p "$peer/models" "$peer/work"
 
 # 1. Source distribution ------------------------------------------------------------------------
-if [ ! -f "$llama/CMakeLists.txt" ]; then
-  tarball="$peer/dl/llama_cpp_python-$LCP_VERSION.tar.gz"
-  if [ ! -f "$tarball" ]; then
-    log "downloading llama-cpp-python==$LCP_VERSION sdist from PyPI"
-    python3 -m pip download --no-deps --no-binary :all: "llama-cpp-python==$LCP_VERSION" -d "$peer/dl" >&2
-  fi
-  echo "$LCP_SHA256  $tarball" | sha256sum -c - >&2
-  tar -xzf "$tarball" -C "$peer/src"
-fi
+llamacpp_fetch_sdist "$peer"
+llama="$LCP_LLAMA"
 
 # 2. Build llama-bench ---------------------------------------------------------------------------
 targets=(llama-bench)
@@ -148,31 +137,7 @@ model="$(cd "$model" && pwd)"
 hf_arch="$("$py" -c 'import json,sys; print(json.load(open(sys.argv[1]))["architectures"][0])' "$model/config.json")"
 name="$(basename "$model")"
 
-# Staging directory: symlinks to the model's files plus the placeholder tokenizer; the model
-# directory itself is left untouched.
-stage="$peer/work/$name-hf"
-rm -rf "$stage"; mkdir -p "$stage"
-for f in "$model"/*; do
-  case "$(basename "$f")" in tokenizer*|special_tokens_map.json) ;; *) ln -s "$f" "$stage/" ;; esac
-done
-"$py" "$repo/scripts/make_dummy_tokenizer.py" "$stage" >&2
-
-# 5. Convert -------------------------------------------------------------------------------------
-convert() {  # convert OUTTYPE OUTFILE
-  if [ "$hf_arch" = GptOssForCausalLM ]; then
-    (cd "$llama" && "$py" - "$stage" --outtype "$1" --outfile "$2" <<'PY'
-import runpy, sys
-sys.path.insert(0, ".")
-import conversion.gpt_oss as g
-g.GptOssModel.set_vocab = lambda self: self._set_vocab_llama_hf()  # placeholder vocab, see bench_peer.sh
-sys.argv[0] = "convert_hf_to_gguf.py"
-runpy.run_path("convert_hf_to_gguf.py", run_name="__main__")
-PY
-    )
-  else
-    (cd "$llama" && "$py" convert_hf_to_gguf.py "$stage" --outtype "$1" --outfile "$2")
-  fi
-}
+# 5. Convert (placeholder tokenizer and the gpt-oss vocab switch: see scripts/llamacpp-sdist.sh) ----
 ggufs=()
 for ot in ${outtypes//,/ }; do
   out="$peer/work/$name.$ot.gguf"
@@ -182,7 +147,7 @@ for ot in ${outtypes//,/ }; do
     [ "$hf_arch" = GptOssForCausalLM ] && \
       log "gpt-oss: the converter's GPT-2 vocab path rejects the placeholder tokenizer; using its Llama-vocab path"
     start=$(date +%s)
-    convert "$ot" "$out.tmp" >"$peer/work/$name.$ot.convert.log" 2>&1 \
+    llamacpp_convert "$py" "$model" "$peer/work/$name-hf" "$ot" "$out.tmp" >"$peer/work/$name.$ot.convert.log" 2>&1 \
       || { tail -30 "$peer/work/$name.$ot.convert.log" >&2; rm -f "$out.tmp"; exit 1; }
     mv "$out.tmp" "$out"
     log "converted in $(( $(date +%s) - start )) s"
