@@ -118,22 +118,27 @@ def endpoint_of(handle, rank=0):
 def test_serve_two_instances():
     ref = fixture(100)
     tokens = [int(t) for t in ref["tokens"]]
-    srv = Server(SLOPE, MODEL, ["ring=2", "ring=1"])
+    # fcfs routes each request to the instance predicted to finish it first: a queue spreads.
+    srv = Server(SLOPE, MODEL, ["ring=2", "ring=1"], extra=["--scheduler", "fcfs"])
     try:
-        # Both instances: requests at once until each has made a handle.
-        handles = {}
+        # Both instances: requests at once (the scheduler spreads a queue) until each made a handle.
+        handles, spare = {}, []
         for attempt in range(5):
-            out = [None, None]
-            ts = [threading.Thread(target=lambda j=j: out.__setitem__(j, prefill(srv, tokens))) for j in range(2)]
+            out = [None] * 6
+            ts = [threading.Thread(target=lambda j=j: out.__setitem__(j, prefill(srv, tokens))) for j in range(6)]
             for t in ts:
                 t.start()
             for t in ts:
                 t.join()
             for r in out:
+                if r["kv"]["mesh"] in handles:
+                    spare.append(r["kv"])
                 handles.setdefault(r["kv"]["mesh"], r["kv"])
             if len(handles) == 2:
                 break
         check(len(handles) == 2, f"both instances made a KV handle (got {sorted(handles)})")
+        for kv in spare:
+            srv.request("DELETE", f"/v1/kv/{kv['id']}")
         for mesh, kv in handles.items():
             check(all("endpoint" in r for r in kv["ranks"]) and len(kv["ranks"]) == (2 if "ring=2" in mesh else 1),
                   f"{mesh}: every rank of the handle has an endpoint")
@@ -211,6 +216,9 @@ def test_serve_key_push_lease_concurrent():
                                       {"targets": [{"rank": 0, "endpoint": "127.0.0.1:1"}]}, headers=auth, timeout=60)
         check(status == 502 and "cannot connect" in json.dumps(body), f"a push to a closed port is a 502 ({status} {body})")
         compare(slope_client.pull(kv2, api_key=key), ref, "a pull after a failed push (nothing was released)")
+        for done_kv in (kv, kv2):  # acked on every rank; the front's leases go with DELETE
+            status, _, _ = srv.request("DELETE", f"/v1/kv/{done_kv['id']}", headers=auth)
+            check(status == 200, f"DELETE of an acked KV ({status})")
 
         # Lease expiry frees the ranks' memory; the metric shows it.
         kv = prefill(srv, tokens, headers=auth, kv_lease_s=1.0)["kv"]
@@ -223,7 +231,7 @@ def test_serve_key_push_lease_concurrent():
 
         # A pull while the next prefill runs: the service's threads are not the engine's.
         kv = prefill(srv, tokens, headers=auth)["kv"]
-        long_prompt = [int(x) for x in np.random.default_rng(7).integers(0, 512, 4000)]
+        long_prompt = [int(x) for x in np.random.default_rng(7).integers(0, 512, 4096)]
         done = {}
 
         def long_prefill():
@@ -233,7 +241,7 @@ def test_serve_key_push_lease_concurrent():
 
         t = threading.Thread(target=long_prefill)
         t.start()
-        time.sleep(0.3)
+        time.sleep(0.1)
         cache = slope_client.pull(kv, api_key=key)
         pulled = time.time()
         t.join()
