@@ -180,6 +180,12 @@ def test_serve_two_instances():
             s.sendall(frame(1, b"not json"))
             ftype, body = read_frame(s)
             check(ftype == 5 and body["code"] == "bad_frame", f"a hello that is not JSON gets an error frame ({body})")
+        # A client that leaves in the middle of a tensor never acked: the rank keeps its shard.
+        with socket.create_connection((host, port), timeout=30) as s:
+            s.sendall(frame(1, json.dumps({"kv_id": kv["id"]}).encode()))
+            ftype, manifest = read_frame(s)
+            check(ftype == 2 and manifest["kv_id"] == kv["id"], "the manifest comes first")
+            s.recv(100)  # a header and a few bytes of the first tensor, then the client leaves
         silent = socket.create_connection((host, port), timeout=60)
         silent.sendall(frame(1, b'{"kv_id": ')[:20])  # a truncated hello, and the client stays
         cache = slope_client.pull(kv)
@@ -188,6 +194,28 @@ def test_serve_two_instances():
         check(srv.proc.poll() is None, "the server survived the malformed connections")
     finally:
         check(srv.stop() == 0, "slope serve exits 0 on SIGTERM")
+
+
+def test_cut_mid_transfer():
+    """A rank whose connection ends mid-tensor: the pull fails with a clear error, not a hang."""
+    lsock = socket.create_server(("127.0.0.1", 0))
+    port = lsock.getsockname()[1]
+
+    def fake_rank():
+        conn, _ = lsock.accept()
+        with conn:
+            read_frame(conn)  # the hello
+            manifest = {"version": 1, "dtype": "f32", "tensors": [{"name": "layers.0.k", "shape": [4, 1, 2], "bytes": 32,
+                                                                   "checksum": "0"}]}
+            conn.sendall(frame(2, json.dumps(manifest).encode()) + struct.pack("<4sHBBQ", b"SKVT", 1, 3, 0, 32) + b"\0" * 10)
+
+    t = threading.Thread(target=fake_rank)
+    t.start()
+    handle = {"id": "kv-x", "ranks": [{"rank": 0, "owner": True, "endpoint": f"127.0.0.1:{port}"}]}
+    refused(lambda: slope_client.pull(handle, timeout=20), "connection ended in the middle of a frame",
+            "a connection cut mid-tensor")
+    t.join()
+    lsock.close()
 
 
 def test_serve_key_push_lease_concurrent():
@@ -290,6 +318,7 @@ def test_run_kv_serve(mesh_args, name):
     os.unlink(f.name)
 
 
+test_cut_mid_transfer()
 test_serve_two_instances()
 test_serve_key_push_lease_concurrent()
 test_run_kv_serve(["--ring", "2", "--ulysses", "2"], "ring=2,ulysses=2")

@@ -109,9 +109,11 @@ int cmd_serve(int argc, char** argv) {
     }
     code = serve::run_server(o);
   } catch (...) {
+    if (!o.launch.kv_key_file.empty()) ::unlink(o.launch.kv_key_file.c_str());
     if (own_dir) std::filesystem::remove_all(o.launch.socket_dir);
     throw;
   }
+  if (!o.launch.kv_key_file.empty()) ::unlink(o.launch.kv_key_file.c_str());
   if (own_dir) std::filesystem::remove_all(o.launch.socket_dir);
   return code;
 }
