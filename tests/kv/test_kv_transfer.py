@@ -14,6 +14,7 @@ prefill runs, and `slope run --kv-serve` under 4-rank mpirun meshes. Exit 0 only
 import http.client
 import json
 import os
+import signal
 import socket
 import struct
 import subprocess
@@ -283,6 +284,19 @@ def test_serve_key_push_lease_concurrent():
         os.unlink(f.name)
         check(done["r"]["first_token"] == one["first_token"],
               f"the prefill that ran during the pull has slope run's first token ({done['r']['first_token']})")
+
+        # A restarted instance listens on new ports: later handles carry them.
+        _, _, h = srv.request("GET", "/health", headers=auth)
+        os.kill(h["instances"][0]["pids"][1], signal.SIGKILL)
+        back = srv.wait_health(lambda h: h["instances"][0]["restarts"] >= 1 and h["instances"][0]["state"] == "ready",
+                               120, headers=auth)
+        check(back is not None, "the instance restarted after kill -9 of a rank")
+        refused(lambda: slope_client.pull(kv, api_key=key), "", "a pull of a handle from before the restart")
+        kv_new = prefill(srv, tokens, headers=auth)["kv"]
+        old = {r["endpoint"] for r in kv["ranks"]}
+        check(not old & {r["endpoint"] for r in kv_new["ranks"]},
+              f"the restarted instance's handle has new endpoints ({sorted(old)} -> {[r['endpoint'] for r in kv_new['ranks']]})")
+        compare(slope_client.pull(kv_new, api_key=key), ref, "a pull from the restarted instance")
     finally:
         check(srv.stop() == 0, "slope serve exits 0 on SIGTERM")
 
