@@ -111,6 +111,26 @@ def read_frame(sock):
     return ftype, json.loads(body) if ftype != 3 else body
 
 
+def free_ports(n):
+    """A base port p with p .. p + n - 1 free now (for --kv-port-base)."""
+    rng = np.random.default_rng()
+    for _ in range(100):
+        base = int(rng.integers(20000, 60000))
+        socks = []
+        try:
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
 def endpoint_of(handle, rank=0):
     host, _, port = handle["ranks"][rank]["endpoint"].rpartition(":")
     return host, int(port)
@@ -120,7 +140,8 @@ def test_serve_two_instances():
     ref = fixture(100)
     tokens = [int(t) for t in ref["tokens"]]
     # fcfs routes each request to the instance predicted to finish it first: a queue spreads.
-    srv = Server(SLOPE, MODEL, ["ring=2", "ring=1"], extra=["--scheduler", "fcfs"])
+    base = free_ports(3)
+    srv = Server(SLOPE, MODEL, ["ring=2", "ring=1"], extra=["--scheduler", "fcfs", "--kv-port-base", str(base)])
     try:
         # Both instances: requests at once (the scheduler spreads a queue) until each made a handle.
         handles, spare = {}, []
@@ -141,8 +162,9 @@ def test_serve_two_instances():
         for kv in spare:
             srv.request("DELETE", f"/v1/kv/{kv['id']}")
         for mesh, kv in handles.items():
-            check(all("endpoint" in r for r in kv["ranks"]) and len(kv["ranks"]) == (2 if "ring=2" in mesh else 1),
-                  f"{mesh}: every rank of the handle has an endpoint")
+            ports = [int(r["endpoint"].rpartition(":")[2]) for r in kv["ranks"]]
+            want = [base, base + 1] if "ring=2" in mesh else [base + 2]
+            check(ports == want, f"{mesh}: the ranks listen on --kv-port-base's ports {want} (got {ports})")
             cache = slope_client.pull(kv)
             compare(cache, ref, f"serve {mesh} f32 pull")
             check(cache.meta["bytes"] < cache.meta["untrimmed_bytes"],
@@ -224,7 +246,7 @@ def test_serve_key_push_lease_concurrent():
     tokens = [int(t) for t in ref["tokens"]]
     key = "kv-test-key"
     auth = {"Authorization": f"Bearer {key}"}
-    srv = Server(SLOPE, MODEL, ["ring=2"], extra=["--api-key", key, "--kv-port-base", "0"])
+    srv = Server(SLOPE, MODEL, ["ring=2"], extra=["--api-key", key])
     try:
         kv = prefill(srv, tokens, headers=auth)["kv"]
         refused(lambda: slope_client.pull(kv), "needs the server's API key", "a pull without the API key")
