@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,7 +14,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
-#include <chrono>
 
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
@@ -31,7 +31,6 @@
 #include "slope/engine/prefill.h"
 #include "slope/engine/topology.h"
 #include "slope/kvx/service.h"
-#include "slope/serve/mesh_spec.h"
 #include "slope/model/model.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/model/token_file.h"
@@ -39,6 +38,7 @@
 #include "slope/parallel/mesh.h"
 #include "slope/parallel/mpi_comm.h"
 #include "slope/parallel/shard.h"
+#include "slope/serve/mesh_spec.h"
 #include "slope/text/tokenizer.h"
 
 namespace slope::cli {
