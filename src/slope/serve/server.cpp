@@ -449,7 +449,7 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
     }
     p->id = next_id_++;
     p->arrival_s = now_seconds();
-    if (ep == Endpoint::Prefill) p->kv_id = str_cat("kv-", p->id, "-", random_hex(12));
+    if (ep == Endpoint::Prefill) p->kv_id = str_cat("kv-", p->id, "-", random_hex(32));  // 128 random bits
     Job job;
     job.id = p->id;
     job.tokens = int64_t(p->req.prompt.size());

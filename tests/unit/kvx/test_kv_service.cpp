@@ -158,6 +158,26 @@ TEST(KvService, SendsTheWindowAndReleasesOnAck) {
     }
 }
 
+TEST(KvService, AClientThatFindsABadChecksumLeavesTheShard) {
+  Fixture f;
+  {
+    auto c = f.dial();
+    c->write_json(FrameType::Hello, {{"kv_id", "a"}});
+    const json m = c->expect_json(FrameType::Manifest);
+    for (const json& e : m["tensors"]) {
+      const auto [type, length] = c->read_header();
+      ASSERT_EQ(type, FrameType::Tensor);
+      std::vector<char> bytes(length);
+      c->read_bytes(bytes.data(), bytes.size());
+      (void)e;
+    }
+    c->write_error("checksum", "layers.0.k does not match");  // instead of the ack
+  }
+  EXPECT_TRUE(f.released.empty());
+  pull_and_check(f, "f32", true);  // the shard is still there for another pull
+  EXPECT_EQ(f.released, std::vector<std::string>{"a"});
+}
+
 TEST(KvService, RefusesBadClientsAndKeepsServing) {
   Fixture f("secret");
   {
