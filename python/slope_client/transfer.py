@@ -12,6 +12,7 @@ import json
 import socket
 import struct
 import threading
+import zlib
 
 import numpy as np
 
@@ -27,14 +28,6 @@ _MAX_JSON = 16 << 20
 
 class KvTransferError(RuntimeError):
     """A pull or push failed: the rank, and what went wrong (the rank's own message when it refused)."""
-
-
-def fnv1a64(data: bytes, h: int = 0xCBF29CE484222325) -> int:
-    """FNV-1a 64 over `data` (docs/kv-format.md, "Checksums"); pure Python, about 10 MB/s."""
-    prime, mask = 0x100000001B3, 0xFFFFFFFFFFFFFFFF
-    for b in data:
-        h = ((h ^ b) * prime) & mask
-    return h
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
@@ -96,7 +89,7 @@ def _receive_shard(sock: socket.socket, verify: bool) -> tuple[dict, dict[str, n
             raise KvTransferError(f"{entry['name']}: expected a tensor frame of {entry['bytes']} bytes, "
                                   f"got {_NAMES.get(ftype)} of {length}")
         raw = _recv_exact(sock, length)
-        if verify and format(fnv1a64(raw), "016x") != entry["checksum"]:
+        if verify and format(zlib.crc32(raw), "08x") != entry["crc32"]:
             _send_json(sock, ERROR, {"error": f"checksum of {entry['name']} does not match", "code": "checksum"})
             raise KvTransferError(f"{entry['name']}: the checksum does not match (corrupted in transit)")
         if dtype == "f32":
@@ -215,7 +208,7 @@ def pull(handle: dict, api_key: str | None = None, dtype: str | None = None, win
 
     dtype: "f32" or "bf16" on the wire (the result is float32 either way); None: the handle's
     "dtype" (the request's kv_dtype), else f32. window_trim: sliding-window layers come with only
-    their last W positions. verify: check each tensor's FNV-1a checksum (pure Python, ~10 MB/s).
+    their last W positions. verify: check each tensor's CRC-32 (zlib's, at memory speed).
     Each rank releases its shard on the ack, so a second pull of the same handle is refused.
     """
     dtype = dtype or handle.get("dtype") or "f32"

@@ -229,7 +229,7 @@ def test_cut_mid_transfer():
         with conn:
             read_frame(conn)  # the hello
             manifest = {"version": 1, "dtype": "f32", "tensors": [{"name": "layers.0.k", "shape": [4, 1, 2], "bytes": 32,
-                                                                   "checksum": "0"}]}
+                                                                   "crc32": "0"}]}
             conn.sendall(frame(2, json.dumps(manifest).encode()) + struct.pack("<4sHBBQ", b"SKVT", 1, 3, 0, 32) + b"\0" * 10)
 
     t = threading.Thread(target=fake_rank)

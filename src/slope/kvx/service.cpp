@@ -8,9 +8,9 @@
 #include <cstring>
 #include <iostream>
 
-#include "slope/core/checksum.h"
 #include "slope/core/half.h"
 #include "slope/core/sys.h"
+#include "slope/kvx/crc32.h"
 
 namespace slope::kvx {
 namespace {
@@ -139,11 +139,11 @@ json make_manifest(const ShardDescription& d, const std::string& kv_id, const en
     layers.push_back({{"layer", layer}, {"window", window}, {"ranges", ranges}, {"rows", rows}});
     for (const char* kind : {"k", "v"}) {
       const Tensor& t = (kind[0] == 'k' ? kept.k : kept.v)[0][size_t(l)];
-      uint64_t h = kFnv1a64Offset;
-      for_each_piece(t, blocks, o.dtype, [&](const void* p, size_t n) { h = fnv1a64(p, n, h); });
+      uint32_t crc = 0;
+      for_each_piece(t, blocks, o.dtype, [&](const void* p, size_t n) { crc = crc32(p, n, crc); });
       const int64_t bytes = rows * d.kv_heads * d.head_dim * int64_t(elem);
       tensors.push_back({{"name", str_cat("layers.", layer, ".", kind)}, {"layer", layer}, {"kind", kind},
-                         {"shape", {rows, d.kv_heads, d.head_dim}}, {"bytes", bytes}, {"checksum", hex64(h)}});
+                         {"shape", {rows, d.kv_heads, d.head_dim}}, {"bytes", bytes}, {"crc32", hex32(crc)}});
       total += bytes;
       untrimmed += shard.local_tokens() * d.kv_heads * d.head_dim * int64_t(elem);
     }

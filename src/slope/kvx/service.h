@@ -106,7 +106,7 @@ RankLayout rank_layout(const engine::PrefillEngine& engine, const std::string& e
 nlohmann::json layout_json(const std::vector<RankLayout>& ranks);
 
 // The manifest of a rank's shard for these options (docs/kv-format.md). Tensors are listed in
-// the order they are sent, each with its shape, bytes and FNV-1a 64 checksum of the bytes sent.
+// the order they are sent, each with its shape, bytes and CRC-32 of the bytes sent (crc32.h).
 nlohmann::json make_manifest(const ShardDescription& shard, const std::string& kv_id, const engine::KeptKv& kept,
                              const SendOptions& o);
 
