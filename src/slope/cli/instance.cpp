@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstring>
+#include <fstream>
 #include <iostream>
 
 #include "slope/cli/cli_util.h"
@@ -15,6 +17,8 @@
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
 #include "slope/engine/engine.h"
+#include "slope/engine/kv_export.h"
+#include "slope/kvx/service.h"
 #include "slope/parallel/mpi_comm.h"
 #include "slope/serve/mesh_spec.h"
 #include "slope/serve/wire.h"
@@ -30,21 +34,12 @@ struct InstanceArgs {
   double timeout = parallel::kDefaultTimeoutSeconds;
   int64_t max_memory = 0;
   int64_t chunk = 1024;
+  std::string kv_host = "127.0.0.1", kv_key_file;
+  int kv_port_base = 0;  // > 0: rank r's KV service listens on kv_port_base + r
 };
 
-// Where one rank's KV shard sits (the KV handle's layout).
-struct RankLayout {
-  int64_t rank, stage, cp_rank, tp_rank, first_layer, layers, kv_head0, kv_heads, owner;
-};
-
-json layout_json(const std::vector<RankLayout>& all) {
-  json l = json::array();
-  for (const RankLayout& r : all)
-    l.push_back({{"rank", r.rank}, {"stage", r.stage}, {"cp_rank", r.cp_rank}, {"tp_rank", r.tp_rank},
-                 {"first_layer", r.first_layer}, {"layers", r.layers}, {"kv_head0", r.kv_head0},
-                 {"kv_heads", r.kv_heads}, {"owner", r.owner != 0}});
-  return l;
-}
+using kvx::layout_json;
+using kvx::RankLayout;
 
 json reply_of(const engine::PrefillOutput& out, const std::vector<std::vector<int32_t>>& prompts, bool logits) {
   json results = json::array();
@@ -142,6 +137,9 @@ int cmd_instance(int argc, char** argv) {
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
   app.add_option("--max-memory", a.max_memory, "bytes a rank may need (predicted); 0: no limit");
   app.add_option("--chunk", a.chunk, "tokens per chunk of the token-local work");
+  app.add_option("--kv-host", a.kv_host, "address each rank's KV transfer service listens on");
+  app.add_option("--kv-port-base", a.kv_port_base, "rank r's KV service listens on this + r (0: any free port)");
+  app.add_option("--kv-key-file", a.kv_key_file, "a file holding the API key KV clients must send (none: no key)");
   parallel::MpiRuntime mpi(&argc, &argv);
   if (const int code = parse_args(app, argc, argv, "instance", mpi.world_rank() == 0); code >= 0) return code;
   auto world = mpi.world(a.timeout > 0 ? a.timeout : parallel::kDefaultTimeoutSeconds);
@@ -156,14 +154,19 @@ int cmd_instance(int argc, char** argv) {
     ec.max_memory = a.max_memory;
     ec.gemm_chunk = a.chunk;
     engine::PrefillEngine eng(ec, *world);  // every rank throws the same error
-    const model::Model& m = eng.model();
-    const engine::RankPlace place = engine::place_of(world->rank(), ec.mesh);
-    const int64_t H = eng.model_config().num_kv_heads;
-    const model::TensorSlice& sl = m.slice();
-    const bool owner = sl.size == 1 || H >= sl.size || sl.rank % (sl.size / H) == 0;
-    const RankLayout mine{world->rank(), place.stage, place.cp_rank, place.tp_rank, m.first_layer(),
-                          m.last_layer() - m.first_layer(), sl.kv_head0, sl.kv_heads, owner ? 1 : 0};
-    const std::vector<RankLayout> layout = world->allgather(mine);
+    // Every rank serves its own KV shards (docs/kv-format.md, "Transfer protocol, version 1").
+    kvx::ServiceOptions so;
+    so.host = a.kv_host;
+    so.port = a.kv_port_base > 0 ? a.kv_port_base + world->rank() : 0;
+    if (!a.kv_key_file.empty()) {
+      std::ifstream key(a.kv_key_file);
+      SLOPE_CHECK(key, "cannot read the KV key file ", a.kv_key_file);
+      std::getline(key, so.api_key);
+    }
+    kvx::KvService kv_service(kvx::describe_shard(eng, a.model_dir, engine::model_fingerprint(a.model_dir)), so,
+                              [&eng](const std::string& id) { return eng.kept_kv(id); },
+                              [&eng](const std::string& id) { eng.release_local(id); });
+    const std::vector<RankLayout> layout = world->allgather(kvx::rank_layout(eng, kv_service.endpoint()));
     const std::vector<int> pids = world->allgather(int(getpid()));
     int64_t rss_bytes = 0;  // the ranks' resident memory with the model loaded
     for (const int64_t r : world->allgather(current_rss_bytes())) rss_bytes += r;

@@ -5,6 +5,7 @@
 #include <mpi.h>
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <thread>
 
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
@@ -28,6 +30,7 @@
 #endif
 #include "slope/engine/prefill.h"
 #include "slope/engine/topology.h"
+#include "slope/kvx/service.h"
 #include "slope/model/model.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/model/token_file.h"
@@ -35,6 +38,7 @@
 #include "slope/parallel/mesh.h"
 #include "slope/parallel/mpi_comm.h"
 #include "slope/parallel/shard.h"
+#include "slope/serve/mesh_spec.h"
 #include "slope/text/tokenizer.h"
 
 namespace slope::cli {
@@ -70,6 +74,10 @@ struct RunArgs {
   bool pp_chunk_given = false;
   bool check_weights = false;
   double timeout = parallel::kDefaultTimeoutSeconds;
+  bool kv_serve = false;  // keep the KV and serve it (docs/kv-format.md) until acked or the lease ends
+  double kv_lease_s = 60;
+  std::string kv_host = "127.0.0.1", kv_api_key;
+  int kv_port_base = 0;
 };
 
 void write_logits(const std::string& path, const std::vector<float>& logits) {
@@ -275,10 +283,16 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   SLOPE_CHECK(!random || a.random_tokens > 0, "--random-tokens must be positive, got ", a.random_tokens);
   SLOPE_CHECK(a.batch >= 1, "--batch must be at least 1");
   SLOPE_CHECK(a.kv_dtype == "f32" || a.kv_dtype == "bf16", "--kv-dtype must be f32 or bf16");
+  SLOPE_CHECK(!a.kv_serve || (a.kv_out.empty() && !a.check), "--kv-serve keeps the KV in memory for the pull; it does "
+              "not go with --kv-out or --check (run them separately)");
+  SLOPE_CHECK(!a.kv_serve || a.kv_lease_s > 0, "--kv-lease-s must be a positive number of seconds, got ", a.kv_lease_s);
+  SLOPE_CHECK(a.kv_port_base >= 0 && a.kv_port_base <= 65535, "--kv-port-base must be in [0, 65535]");
   SLOPE_CHECK(!random || a.random_tokens != 0,
               "give the prompt with --tokens FILE, --prompt TEXT, --prompt-file F or --random-tokens N");
   SLOPE_CHECK(random || a.batch == 1,
               "--batch goes with --random-tokens; give several prompts as several --tokens FILE");
+  SLOPE_CHECK(!a.kv_serve || (a.batch == 1 && a.tokens_files.size() <= 1), "--kv-serve serves the KV of one prompt; ",
+              "give one prompt");
   p.compute = parse_compute_dtype(a.dtype);
 
   p.cfg = model::load_config(a.model_dir);
@@ -314,6 +328,33 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   if (!a.kv_out.empty()) engine::check_kv_out(a.kv_out, rank, world_size, p.prompts.size());
   if (rank == 0 && !a.logits_out.empty()) check_output_path(a.logits_out, "--logits-out file");
   return p;
+}
+
+// --kv-serve, after the prefill: rank 0 prints the KV handle (the shape of /v1/prefill's "kv"),
+// then every rank serves its shard until a client acks it or the lease ends, and exits 0. A
+// replica rank (tensor parallelism beyond the KV heads) holds nothing a client needs: it drops
+// its copy at once.
+int serve_kv(const RunArgs& a, engine::PrefillEngine& eng, const kvx::KvService& service, const std::string& kv_id,
+             const engine::PrefillOutput& out, parallel::Communicator& world) {
+  const double lease_end = now_seconds() + a.kv_lease_s;
+  const std::vector<kvx::RankLayout> layout = world.allgather(kvx::rank_layout(eng, service.endpoint()));
+  const std::shared_ptr<const engine::KeptKv> kept = eng.kept_kv(kv_id);
+  if (world.rank() == 0) {
+    using namespace std::chrono;
+    const double wall = duration<double>(system_clock::now().time_since_epoch()).count();
+    int64_t bytes = 0;
+    for (const engine::RankReport& r : out.reports) bytes += r.kv_bytes;
+    const nlohmann::json handle = {{"id", kv_id}, {"lease_s", a.kv_lease_s}, {"lease_expires_at", wall + a.kv_lease_s},
+                                   {"mesh", serve::mesh_spec(eng.config().mesh)}, {"num_tokens", kept->shards.at(0).total_tokens},
+                                   {"bytes", bytes}, {"dtype", a.kv_dtype}, {"first_token", kept->first_tokens.at(0)},
+                                   {"protocol", kvx::kProtocolVersion}, {"ranks", kvx::layout_json(layout)}};
+    std::cout << handle.dump() << std::endl;  // one line, flushed: the client reads it while the ranks wait
+  }
+  if (!out.kv.owner) eng.release_local(kv_id);
+  while (eng.kept_kv(kv_id) && now_seconds() < lease_end) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (eng.release_local(kv_id))
+    std::cerr << "slope run: rank " << world.rank() << ": the KV lease ended before a client acked the shard; released\n";
+  return kExitOk;
 }
 
 int run(const RunArgs& a, parallel::Communicator& world) {
@@ -356,9 +397,24 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   const double load_s = now_seconds() - t_load;
   progress.done();
   const model::Model* model = &eng->model();
+  std::unique_ptr<kvx::KvService> kv_service;  // --kv-serve: every rank serves its shard
+  if (a.kv_serve &&
+      !on_every_rank(world, "run", [&] {
+        kvx::ServiceOptions so;
+        so.host = a.kv_host;
+        so.port = a.kv_port_base > 0 ? a.kv_port_base + rank : 0;
+        so.api_key = a.kv_api_key;
+        kv_service = std::make_unique<kvx::KvService>(
+            kvx::describe_shard(*eng, a.model_dir, engine::model_fingerprint(a.model_dir)), so,
+            [&eng](const std::string& id) { return eng->kept_kv(id); },
+            [&eng](const std::string& id) { eng->release_local(id); });
+      }))
+    return kExitError;
 
   engine::PrefillRequest request;
   request.prompts = prompts;
+  // 128 random bits drawn on rank 0: the handle is the only way to the KV, so it must not be guessable.
+  if (a.kv_serve) request.kv_id = str_cat("kv-", engine::shared_prefill_id(world), engine::shared_prefill_id(world));
   request.top_k = a.top_k;
   request.keep_kv = !a.kv_out.empty() || a.check;
   if (progress.active())
@@ -424,7 +480,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     check.pass = pass;
   }
   const int code = a.check && !check.pass ? kExitCheckFailed : kExitOk;
-  if (rank != 0) return code;
+  if (rank != 0) return kv_service ? serve_kv(a, *eng, *kv_service, request.kv_id, output, world) : code;
 
   // Several prompts are reported each on its own; tokens, FLOPs and phase times are the batch's.
   int64_t total_tokens = 0;
@@ -527,6 +583,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
                 << (check.same_first_token ? "equal" : "DIFFERENT") << ", tolerance " << check_tolerance(compute).logits
                 << " / " << check_tolerance(compute).kv << ")\n";
   }
+  if (kv_service) return serve_kv(a, *eng, *kv_service, request.kv_id, output, world);
   return code;
 }
 
@@ -557,7 +614,13 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--top-k", a.top_k, "top logprobs to report");
   app.add_option("--logits-out", a.logits_out, "write the last position's logits (float32, little endian)");
   app.add_option("--kv-out", a.kv_out, "write each rank's KV cache (safetensors) into DIR; see docs/kv-format.md");
-  app.add_option("--kv-dtype", a.kv_dtype, "KV file dtype: f32 or bf16");
+  app.add_option("--kv-dtype", a.kv_dtype, "KV file dtype: f32 or bf16 (with --kv-serve: the handle's default for the pull)");
+  app.add_flag("--kv-serve", a.kv_serve, "keep every rank's KV in memory after the prefill and serve it over TCP "
+               "(docs/kv-format.md); rank 0 prints the handle; exit when every shard is acked or the lease ends");
+  app.add_option("--kv-lease-s", a.kv_lease_s, "with --kv-serve: seconds to keep the KV for a client");
+  app.add_option("--kv-host", a.kv_host, "with --kv-serve: address the ranks' KV services listen on");
+  app.add_option("--kv-port-base", a.kv_port_base, "with --kv-serve: rank r listens on this + r (0: any free port)");
+  app.add_option("--kv-api-key", a.kv_api_key, "with --kv-serve: the key a client must send (none: no key)");
   app.add_option("--ulysses", a.ulysses, "Ulysses degree U (heads split inside a group of U ranks)");
   app.add_option("--ring", a.ring, "ring degree R (sequence split into 2R zigzag chunks)");
   app.add_option("--pp", a.pp, "pipeline stages P (layers split, balanced by cost; outermost)");

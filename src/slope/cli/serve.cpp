@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <fcntl.h>
+
 #include <climits>
 #include <filesystem>
 #include <iostream>
@@ -57,6 +59,10 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--start-timeout", o.launch.start_timeout_s, "seconds an instance may take to load the model");
   app.add_option("--launcher", o.launch.launcher, "the command that starts an instance's ranks, before `slope instance ...`; "
                  "{np} is its rank count (e.g. \"srun -n {np}\", \"mpirun --hostfile H -np {np}\")");
+  app.add_option("--kv-host", o.launch.kv_host, "address each rank's KV transfer service listens on (0.0.0.0: every "
+                 "interface; the handle then names the node)");
+  app.add_option("--kv-port-base", o.launch.kv_port_base, "the ranks' KV services listen on consecutive ports from this "
+                 "one (instance by instance, rank by rank; 0: any free port)");
   app.add_option("--socket-dir", o.launch.socket_dir, "directory for the instances' unix sockets (default: a new one in $TMPDIR)");
   if (const int code = parse_args(app, argc, argv, "serve"); code >= 0) return code;
   return_large_frees_to_system();
@@ -90,13 +96,25 @@ int cmd_serve(int argc, char** argv) {
     o.launch.socket_dir = templ;
     own_dir = true;
   }
+  SLOPE_CHECK(o.launch.kv_port_base >= 0 && o.launch.kv_port_base <= 65535, "--kv-port-base must be in [0, 65535]");
   int code = kExitError;
   try {
+    if (!o.api_key.empty()) {  // the ranks' KV services take the same key; a file, not argv (ps shows argv)
+      o.launch.kv_key_file = o.launch.socket_dir + "/kv.key";
+      const int fd = ::open(o.launch.kv_key_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      SLOPE_CHECK(fd >= 0, "cannot write the KV key file ", o.launch.kv_key_file);
+      const std::string line = o.api_key + "\n";
+      const bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
+      ::close(fd);
+      SLOPE_CHECK(ok, "cannot write the KV key file ", o.launch.kv_key_file);
+    }
     code = serve::run_server(o);
   } catch (...) {
+    if (!o.launch.kv_key_file.empty()) ::unlink(o.launch.kv_key_file.c_str());
     if (own_dir) std::filesystem::remove_all(o.launch.socket_dir);
     throw;
   }
+  if (!o.launch.kv_key_file.empty()) ::unlink(o.launch.kv_key_file.c_str());
   if (own_dir) std::filesystem::remove_all(o.launch.socket_dir);
   return code;
 }

@@ -82,7 +82,7 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   SLOPE_CHECK(r.top_k >= 1 && r.top_k <= cfg.vocab_size, "top_k must be in [1, ", cfg.vocab_size, "], got ", r.top_k);
   SLOPE_CHECK(r.kv_id.size() <= size_t(kMaxKvIdBytes), "a kv_id is at most ", kMaxKvIdBytes, " bytes, got ",
               r.kv_id.size());
-  SLOPE_CHECK(r.kv_id.empty() || !kept_.count(r.kv_id), "a KV shard is already kept under id '", r.kv_id,
+  SLOPE_CHECK(r.kv_id.empty() || !kept_kv(r.kv_id), "a KV shard is already kept under id '", r.kv_id,
               "'; release it first or use another id");
   SLOPE_CHECK(r.pp_chunk >= -1, "pp_chunk must be 0 (whole prompt), positive, or -1 (default), got ", r.pp_chunk);
   int64_t n_max = 0;
@@ -211,22 +211,25 @@ void PrefillEngine::kv_to_host(PrefillResult& r, const ops::Backend& ops) {
 }
 
 void PrefillEngine::keep_kv(const std::string& kv_id, PrefillOutput& out) {
-  KeptKv kept;
+  auto kept = std::make_shared<KeptKv>();
   for (PrefillResult& r : out.results) {
-    for (const Tensor& t : r.k) kept.bytes += int64_t(t.nbytes());
-    for (const Tensor& t : r.v) kept.bytes += int64_t(t.nbytes());
-    kept.k.push_back(std::move(r.k));
-    kept.v.push_back(std::move(r.v));
+    for (const Tensor& t : r.k) kept->bytes += int64_t(t.nbytes());
+    for (const Tensor& t : r.v) kept->bytes += int64_t(t.nbytes());
+    kept->k.push_back(std::move(r.k));
+    kept->v.push_back(std::move(r.v));
+    kept->shards.push_back(r.shard);
+    kept->first_tokens.push_back(r.first_token);
     r.k.clear();
     r.v.clear();
   }
+  std::lock_guard lk(kept_mu_);
   kept_[kv_id] = std::move(kept);
 }
 
 void PrefillEngine::release_kv(const std::string& kv_id) {
   SLOPE_CHECK(world_.rank() == 0, "only rank 0 coordinates the mesh");
   SLOPE_CHECK(broken_.empty(), "the engine is unusable after an error in the mesh (", broken_, "); restart it");
-  SLOPE_CHECK(kept_.count(kv_id), "no KV shard is kept under id '", kv_id, "'");
+  SLOPE_CHECK(kv_id.size() <= size_t(kMaxKvIdBytes), "a kv_id is at most ", kMaxKvIdBytes, " bytes, got ", kv_id.size());
   if (world_.size() > 1) {
     try {
       ship_release(kv_id);
@@ -235,18 +238,32 @@ void PrefillEngine::release_kv(const std::string& kv_id) {
       throw;
     }
   }
-  kept_.erase(kv_id);
+  release_local(kv_id);
 }
 
-const KeptKv* PrefillEngine::kept_kv(const std::string& kv_id) const {
+bool PrefillEngine::release_local(const std::string& kv_id) {
+  std::lock_guard lk(kept_mu_);
+  return kept_.erase(kv_id) > 0;
+}
+
+std::shared_ptr<const KeptKv> PrefillEngine::kept_kv(const std::string& kv_id) const {
+  std::lock_guard lk(kept_mu_);
   auto it = kept_.find(kv_id);
-  return it == kept_.end() ? nullptr : &it->second;
+  return it == kept_.end() ? nullptr : it->second;
 }
 
 std::vector<std::string> PrefillEngine::kept_kv_ids() const {
+  std::lock_guard lk(kept_mu_);
   std::vector<std::string> ids;
   for (const auto& [id, kv] : kept_) ids.push_back(id);
   return ids;
+}
+
+int64_t PrefillEngine::kept_kv_bytes() const {
+  std::lock_guard lk(kept_mu_);
+  int64_t bytes = 0;
+  for (const auto& [id, kv] : kept_) bytes += kv->bytes;
+  return bytes;
 }
 
 void PrefillEngine::ship_release(const std::string& kv_id) {
@@ -321,7 +338,7 @@ void PrefillEngine::serve(const std::function<void(const PrefillOutput&)>& on_re
     std::string kv_id(size_t(h.kv_id_bytes), '\0');
     if (h.kind == kReleaseKv) {
       world_.broadcast(kv_id.data(), kv_id.size(), 0);
-      kept_.erase(kv_id);
+      release_local(kv_id);
       continue;
     }
     SLOPE_CHECK(h.kind == kPrefill && h.prompts >= 1 && h.total_ids >= h.prompts, "rank ", world_.rank(),

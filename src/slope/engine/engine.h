@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,14 @@ struct PrefillRequest {
   std::function<void(const PrefillProgress&)> on_progress;  // this rank only; not shipped
 };
 
-// A KV shard kept under a request's kv_id: per prompt, per local layer, K and V.
+// A KV shard kept under a request's kv_id: per prompt, per local layer, K and V. Immutable once
+// kept: the KV transfer service reads it from its own threads (src/slope/kvx) while the engine
+// runs the next prefill, and holds it by shared_ptr so that a transfer in flight keeps it
+// alive when it is released meanwhile.
 struct KeptKv {
   std::vector<std::vector<Tensor>> k, v;  // [prompt][layer] -> [local tokens, kv_heads, head_dim]
+  std::vector<ops::SequenceShard> shards;  // [prompt]: the global positions of the rows, in row order
+  std::vector<int32_t> first_tokens;       // [prompt]: the greedy first token (every rank knows it)
   int64_t bytes = 0;
 };
 
@@ -108,12 +114,18 @@ class PrefillEngine {
   PrefillOutput submit(const PrefillRequest& request);
   // Coordinator: lets the other ranks leave serve().
   void shutdown();
-  // Coordinator: every rank drops the KV shard kept under `kv_id`. Throws slope::Error (and
-  // ships nothing) when no shard is kept under that id.
+  // Coordinator: every rank drops the KV shard kept under `kv_id`, if it still holds it (a rank
+  // whose shard a KV client acked has dropped it already: release_local). Unknown ids are
+  // shipped too and do nothing: rank 0 cannot tell an id the other ranks still hold.
   void release_kv(const std::string& kv_id);
-  // The shard kept under `kv_id` on this rank, or nullptr.
-  const KeptKv* kept_kv(const std::string& kv_id) const;
-  std::vector<std::string> kept_kv_ids() const;  // sorted
+  // This rank only, no communication (the KV transfer service, on the client's ack): drops the
+  // shard kept under `kv_id`. False when it was not kept. Thread-safe.
+  bool release_local(const std::string& kv_id);
+  // The shard kept under `kv_id` on this rank, or nullptr. Thread-safe; the shard stays valid
+  // while the pointer is held, even if it is released meanwhile.
+  std::shared_ptr<const KeptKv> kept_kv(const std::string& kv_id) const;
+  std::vector<std::string> kept_kv_ids() const;  // sorted; thread-safe
+  int64_t kept_kv_bytes() const;                 // this rank's kept shards, all ids; thread-safe
 
   // Other ranks: runs shipped requests until shutdown(); `on_result` sees each result here.
   // Between requests the rank sleeps between polls for the next one.
@@ -137,7 +149,8 @@ class PrefillEngine {
   model::LayerBuffers buffers_;                       // per-layer buffers kept across prefills
   std::vector<int> stage_bounds_;
   std::string broken_;                                // why the engine is unusable, if it is
-  std::map<std::string, KeptKv> kept_;                // KV shards kept under a request's kv_id
+  mutable std::mutex kept_mu_;                        // kept_ (read by the KV service's threads)
+  std::map<std::string, std::shared_ptr<const KeptKv>> kept_;  // KV shards kept under a request's kv_id
 };
 
 }  // namespace slope::engine

@@ -109,7 +109,7 @@ ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLi
       "presence_penalty", "frequency_penalty", "user", "seed", "logit_bias", "suffix",
       "ttft_slo_ms", "priority", "best_effort", "return_logits"};
   static const std::set<std::string> prefill = {"model", "prompt", "logprobs", "ttft_slo_ms", "priority",
-                                                "best_effort", "return_logits", "kv_lease_s"};
+                                                "best_effort", "return_logits", "kv_lease_s", "kv_dtype"};
   const std::set<std::string>& known = endpoint == Endpoint::Completions ? completions : prefill;
   for (const auto& [k, v] : j.items())
     if (!known.count(k)) {
@@ -161,6 +161,11 @@ ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLi
     else if (k == "best_effort") r.best_effort = boolean(v, k);
     else if (k == "return_logits") r.return_logits = boolean(v, k);
     else if (k == "kv_lease_s") r.kv_lease_s = number(v, k, 1e-3, lim.max_kv_lease_s);
+    else if (k == "kv_dtype") {
+      if (!v.is_string() || (v.get<std::string>() != "f32" && v.get<std::string>() != "bf16"))
+        bad_request(k, "invalid_value", "'kv_dtype' must be \"f32\" or \"bf16\" (the KV pull's default dtype)");
+      r.kv_dtype = v.get<std::string>();
+    }
   }
   r.prompt = prompt_of(j["prompt"], lim);
   return r;

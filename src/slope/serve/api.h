@@ -52,6 +52,7 @@ struct ApiRequest {
   bool best_effort = false;
   bool return_logits = false;  // SLOPE: the last position's logits in the response
   double kv_lease_s = 0;       // /v1/prefill
+  std::string kv_dtype = "f32";  // /v1/prefill: the KV pull's default dtype (the handle's "dtype")
 };
 
 // Throws ApiError (400, or 404 for an unknown model) naming the field and the problem.

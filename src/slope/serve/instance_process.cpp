@@ -56,8 +56,13 @@ std::vector<std::string> InstanceProcess::command() const {
        {opt_.slope_binary, std::string("instance"), std::string("--model"), opt_.model_dir, std::string("--mesh"),
         name(), std::string("--socket"), socket_path_, std::string("--dtype"), opt_.dtype, std::string("--threads"),
         std::to_string(opt_.threads_per_rank), std::string("--timeout"), str_cat(opt_.timeout_s),
-        std::string("--max-memory"), std::to_string(opt_.max_memory)})
+        std::string("--max-memory"), std::to_string(opt_.max_memory), std::string("--kv-host"), opt_.kv_host,
+        std::string("--kv-port-base"), std::to_string(opt_.kv_port_base)})
     argv.push_back(a);
+  if (!opt_.kv_key_file.empty()) {
+    argv.push_back("--kv-key-file");
+    argv.push_back(opt_.kv_key_file);
+  }
   return argv;
 }
 

@@ -25,6 +25,11 @@ struct LaunchOptions {
   double timeout_s = 300;      // a rank waits this long for a peer (the instance's --timeout)
   double start_timeout_s = 600;  // loading the model
   int64_t max_memory = 0;
+  // Each rank's KV transfer service (docs/kv-format.md): where it listens, rank r on
+  // kv_port_base + r when kv_port_base > 0 (else any free port), and the file holding the API
+  // key clients must send (empty: none).
+  std::string kv_host = "127.0.0.1", kv_key_file;
+  int kv_port_base = 0;
 };
 
 // The instance failed (its job died, its socket closed, or it said the mesh is broken).

@@ -19,6 +19,7 @@
 
 #include "slope/core/error.h"
 #include "slope/core/sys.h"
+#include "slope/kvx/protocol.h"
 #include "slope/model/config.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/serve/api.h"
@@ -72,10 +73,14 @@ bool client_gone(int fd) {
   return r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
-std::string random_hex(int bytes) {
-  static std::mt19937_64 rng{std::random_device{}()};
+// `digits` hex digits from the system's random source (a KV id must not be guessable: it is
+// what lets a client pull the KV from the ranks).
+std::string random_hex(int digits) {
+  static std::mutex mu;
+  static std::random_device rd;
+  std::lock_guard lk(mu);
   std::string s;
-  for (int i = 0; i < bytes; ++i) s += "0123456789abcdef"[rng() % 16];
+  for (int i = 0; i < digits; ++i) s += "0123456789abcdef"[rd() % 16];
   return s;
 }
 
@@ -122,6 +127,9 @@ struct Pending {
 struct Lease {
   int instance = -1;
   double expiry_s = 0;  // now_seconds()
+  int64_t bytes = 0;    // the KV kept on the instance's ranks
+  std::string dtype;    // the pull's default (the request's kv_dtype)
+  json layout;          // the instance's ranks and their KV endpoints when the KV was made
 };
 
 class Server {
@@ -136,6 +144,7 @@ class Server {
   void run_pass(int i, const Pass& pass);
   void restart(int i, const std::string& why);
   void finish(const std::shared_ptr<Pending>& p, int status, const json& error);
+  void push_kv(const httplib::Request& req, httplib::Response& res);
   json health();
   std::string token_text(int32_t id) const;
 
@@ -172,10 +181,14 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
 
   std::vector<InstanceSpec> specs;
   int64_t longest = 0;
+  int kv_ports = 0;
   for (size_t i = 0; i < o.instances.size(); ++i) {
     const engine::ParallelShape mesh = parse_mesh_spec(o.instances[i]);
     engine::validate_shape(mesh, mesh.size(), cfg_, 1);
-    inst_.push_back(std::make_unique<InstanceProcess>(int(i), mesh, o.launch));
+    LaunchOptions launch = o.launch;
+    if (launch.kv_port_base > 0) launch.kv_port_base += kv_ports;  // each rank of each instance its own port
+    kv_ports += mesh.size();
+    inst_.push_back(std::make_unique<InstanceProcess>(int(i), mesh, launch));
     InstanceSpec s;
     s.name = mesh_spec(mesh);
     // Several instances of one mesh (a scale-out, or --plan's copies): "...,tp=1#2", "#3", ...
@@ -262,7 +275,7 @@ void Server::routes() {
       message = str_cat("the body is over the limit of ", opt_.max_body_bytes, " bytes"), code = "body_too_large";
     else if (res.status == 404)
       message = str_cat("no endpoint ", req.method, " ", req.path, "; see GET /v1/models, POST /v1/completions, ",
-                        "POST /v1/prefill, DELETE /v1/kv/{id}, GET /health, GET /metrics"),
+                        "POST /v1/prefill, DELETE /v1/kv/{id}, POST /v1/kv/{id}/push, GET /health, GET /metrics"),
       code = "not_found";
     else if (res.status == 400)
       message = "malformed HTTP request", code = "bad_request";
@@ -288,6 +301,7 @@ void Server::routes() {
     }
     metrics_.request("kv_delete", res.status);
   });
+  http_.Post(R"(/v1/kv/([^/]+)/push)", [this](const httplib::Request& req, httplib::Response& res) { push_kv(req, res); });
   http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lk(mu_);
     const json h = health();
@@ -306,8 +320,103 @@ void Server::routes() {
       metrics_.instances()[i].up = inst_[i]->state() == InstanceState::Ready;
       metrics_.instances()[i].restarts = inst_[i]->restarts();
     }
-    res.set_content(metrics_.render(now_seconds()), "text/plain; version=0.0.4");
+    int64_t kv_bytes = 0;
+    for (const auto& [id, lease] : leases_) kv_bytes += lease.bytes;
+    res.set_content(metrics_.render(now_seconds()) +
+                        str_cat("# HELP slope_kv_leases KV caches kept on the instances' ranks under a lease\n",
+                                "# TYPE slope_kv_leases gauge\nslope_kv_leases ", leases_.size(), "\n",
+                                "# HELP slope_kv_leased_bytes Bytes of the KV caches kept under a lease\n",
+                                "# TYPE slope_kv_leased_bytes gauge\nslope_kv_leased_bytes ", kv_bytes, "\n"),
+                    "text/plain; version=0.0.4");
   });
+}
+
+// POST /v1/kv/{id}/push {"targets": [{"rank": r, "endpoint": "host:port"}...], "dtype", "window_trim"}:
+// each named rank dials its target and sends it the same manifest and tensors a pull gets
+// (docs/kv-format.md), then waits for the receiver's ack and releases its shard. The front asks
+// each rank's KV service over its own connection, all at once, and answers when every rank is
+// done: 200 with the bytes per rank, or 502 naming the first rank that failed.
+void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
+  const std::string id = req.matches[1];
+  auto answer = [&](int status, const json& body) {
+    res.status = status;
+    res.set_content(body.dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
+    std::lock_guard lk(mu_);
+    metrics_.request("kv_push", status);
+  };
+  auto refuse = [&](const std::string& param, const std::string& message) {
+    answer(400, error_body(message, "invalid_request_error", param, "invalid_value"));
+  };
+  Lease lease;
+  {
+    std::lock_guard lk(mu_);
+    auto it = leases_.find(id);
+    if (it == leases_.end())
+      return answer(404, error_body(str_cat("no KV is kept under id '", id, "' (released, expired, or its instance restarted)"),
+                                    "invalid_request_error", "id", "kv_not_found"));
+    lease = it->second;
+  }
+  json body;
+  try {
+    body = json::parse(req.body);
+  } catch (const json::exception& e) {
+    return refuse("", str_cat("the body is not valid JSON: ", e.what()));
+  }
+  if (!body.is_object() || !body.contains("targets") || !body["targets"].is_array() || body["targets"].empty())
+    return refuse("targets", "the body must be {\"targets\": [{\"rank\": R, \"endpoint\": \"host:port\"}, ...]}");
+  for (const auto& [k, v] : body.items())
+    if (k != "targets" && k != "dtype" && k != "window_trim")
+      return refuse(k, str_cat("unknown field '", k, "'; this endpoint takes: targets, dtype, window_trim"));
+  const std::string dtype = body.value("dtype", lease.dtype);
+  if (dtype != "f32" && dtype != "bf16") return refuse("dtype", "'dtype' must be \"f32\" or \"bf16\"");
+  if (body.contains("window_trim") && !body["window_trim"].is_boolean())
+    return refuse("window_trim", "'window_trim' must be true or false");
+  const bool trim = body.value("window_trim", true);
+  struct Target {
+    int rank;
+    std::string service, target;
+  };
+  std::vector<Target> targets;
+  for (const json& t : body["targets"]) {
+    if (!t.is_object() || !t.contains("rank") || !t["rank"].is_number_integer() || !t.contains("endpoint") ||
+        !t["endpoint"].is_string())
+      return refuse("targets", "each target must be {\"rank\": R, \"endpoint\": \"host:port\"}");
+    const int r = t["rank"].get<int>();
+    if (r < 0 || r >= int(lease.layout.size()))
+      return refuse("targets", str_cat("rank ", r, " is not a rank of the instance (it has ", lease.layout.size(), ")"));
+    for (const Target& other : targets)
+      if (other.rank == r) return refuse("targets", str_cat("rank ", r, " is named twice"));
+    try {
+      kvx::parse_endpoint(t["endpoint"].get<std::string>());
+    } catch (const Error& e) {
+      return refuse("targets", e.what());
+    }
+    targets.push_back({r, lease.layout[size_t(r)].value("endpoint", ""), t["endpoint"].get<std::string>()});
+  }
+  std::vector<json> results(targets.size());
+  std::vector<std::thread> threads;
+  for (size_t j = 0; j < targets.size(); ++j)
+    threads.emplace_back([&, j] {
+      const Target& t = targets[j];
+      try {
+        const auto [host, port] = kvx::parse_endpoint(t.service);
+        kvx::Connection c(kvx::connect_tcp(host, port, 10), 600);  // the push itself may take long
+        json q = {{"kv_id", id}, {"target", t.target}, {"dtype", dtype}, {"window_trim", trim}};
+        if (!opt_.api_key.empty()) q["api_key"] = opt_.api_key;
+        c.write_json(kvx::FrameType::Push, q);
+        const json done = c.expect_json(kvx::FrameType::Done);
+        results[j] = {{"rank", t.rank}, {"endpoint", t.target}, {"bytes", done.value("bytes", int64_t(0))}};
+      } catch (const std::exception& e) {
+        results[j] = {{"rank", t.rank}, {"endpoint", t.target}, {"error", e.what()}};
+      }
+    });
+  for (std::thread& t : threads) t.join();
+  for (const json& r : results)
+    if (r.contains("error"))
+      return answer(502, error_body(str_cat("rank ", r["rank"].get<int>(), " could not push its KV to ",
+                                            r["endpoint"].get<std::string>(), ": ", r["error"].get<std::string>()),
+                                    "server_error", "targets", "push_failed"));
+  answer(200, {{"id", id}, {"object", "kv.push"}, {"dtype", dtype}, {"window_trim", trim}, {"ranks", results}});
 }
 
 void Server::completion(const httplib::Request& http_req, httplib::Response& res, Endpoint ep) {
@@ -340,7 +449,7 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
     }
     p->id = next_id_++;
     p->arrival_s = now_seconds();
-    if (ep == Endpoint::Prefill) p->kv_id = str_cat("kv-", p->id, "-", random_hex(12));
+    if (ep == Endpoint::Prefill) p->kv_id = str_cat("kv-", p->id, "-", random_hex(32));  // 128 random bits
     Job job;
     job.id = p->id;
     job.tokens = int64_t(p->req.prompt.size());
@@ -444,6 +553,7 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
   const InstanceProcess& in = *inst_[size_t(p->instance)];
   json kv = {{"id", p->kv_id}, {"lease_s", p->req.kv_lease_s}, {"lease_expires_at", p->kv_expiry_wall_s},
              {"instance", p->instance}, {"mesh", in.name()}, {"num_tokens", n}, {"bytes", p->kv_bytes},
+             {"dtype", p->req.kv_dtype}, {"first_token", first}, {"protocol", kvx::kProtocolVersion},
              {"ranks", p->kv_layout}};
   answer(200, {{"id", str_cat("prefill-", p->id)}, {"object", "prefill"}, {"created", created},
                {"model", limits_.model_name}, {"first_token", first}, {"first_token_text", token_text(first)},
@@ -557,10 +667,11 @@ void Server::run_pass(int i, const Pass& pass) {
       p->result = reply.at("results").at(b);
       p->engine_timings = timings;
       if (!p->kv_id.empty()) {
-        leases_[p->kv_id] = Lease{i, now_seconds() + p->req.kv_lease_s};
         p->kv_expiry_wall_s = wall_seconds() + p->req.kv_lease_s;
         p->kv_bytes = int64_t(reply.value("kv_bytes", 0.0));
-        p->kv_layout = in.hello().value("layout", json::array());  // hello() changes only on this thread
+        // hello() changes only on this thread; a restarted instance's ranks have new endpoints.
+        p->kv_layout = in.hello().value("layout", json::array());
+        leases_[p->kv_id] = Lease{i, now_seconds() + p->req.kv_lease_s, p->kv_bytes, p->req.kv_dtype, p->kv_layout};
       }
       finish(p, 200, json());
       const double ttft = p->end_s - p->arrival_s;
