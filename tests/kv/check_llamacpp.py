@@ -51,10 +51,14 @@ RTOL = 1e-4  # first decode step's logits, f32 GGUF and f32 caches, flash attent
 # models (f16-level), so a state restored into it is held to f16-level agreement.
 FA_RTOL = 2e-3
 KV_RTOL = 1e-4  # SLOPE's K/V against llama.cpp's own (without flash attention), per layer: max |a-b| / max |b|
-MESHES = {"1": (1, []), "ring2": (2, ["--ring", "2"]), "tp2": (2, ["--tp", "2"])}
+MESHES = {"1": (1, []), "ring2": (2, ["--ring", "2"]), "tp2": (2, ["--tp", "2"]),
+          # ring 2 with the KV pulled from both ranks over TCP (`slope run --kv-serve`,
+          # slope_client.pull; sliding layers sent as their last W rows) instead of read from files
+          "ring2-pull": (2, ["--ring", "2"])}
 
 try:
     import llama_cpp
+    from slope_client import pull
     from slope_client.cache import load_kv_dir, read_safetensors
     from slope_client import llamacpp as lc
 except ImportError as e:  # the environment is made by scripts/llamacpp-venv.sh
@@ -127,7 +131,7 @@ def slope_model(args, family: str, work: str, llama_rope: bool = True) -> str:
     run different RoPE frequencies on the same weights. SLOPE then prefills a view of the
     checkpoint (same weights, symlinked) whose config says truncate true: the model llama.cpp runs.
     """
-    src = os.path.join(args.fixtures, family, "model")
+    src = os.path.abspath(os.path.join(args.fixtures, family, "model"))  # the view's symlinks point here
     with open(os.path.join(src, "config.json")) as f:
         config = json.load(f)
     rope = config.get("rope_parameters") or {}
@@ -148,7 +152,8 @@ def slope_model(args, family: str, work: str, llama_rope: bool = True) -> str:
 
 
 def slope_prefill(args, family: str, tokens: np.ndarray, mesh: str, work: str, llama_rope: bool = True):
-    """slope run --dtype f32 --kv-out on the mesh; (KvCache, SLOPE's first token)."""
+    """slope run --dtype f32 on the mesh, with --kv-out, or --kv-serve for a "-pull" mesh; (KvCache,
+    SLOPE's first token)."""
     np_, flags = MESHES[mesh]
     d = os.path.join(work, f"{family}-{len(tokens)}-{mesh}-{'llama' if llama_rope else 'hf'}-rope")
     os.makedirs(d, exist_ok=True)
@@ -156,10 +161,24 @@ def slope_prefill(args, family: str, tokens: np.ndarray, mesh: str, work: str, l
     with open(tok_file, "w") as f:
         f.write(" ".join(str(int(t)) for t in tokens))
     kv_dir = os.path.join(d, "kv")
+    pulled = mesh.endswith("-pull")
+    kv_flags = ["--kv-serve", "--kv-lease-s", "120"] if pulled else ["--kv-out", kv_dir, "--json"]
     cmd = [args.slope, "run", "--model", slope_model(args, family, work, llama_rope), "--tokens", tok_file,
-           "--dtype", "f32", "--kv-out", kv_dir, "--json", "--quiet", "--threads", "1", *flags]
+           "--dtype", "f32", *kv_flags, "--quiet", "--threads", "1", *flags]
     if np_ > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_), *cmd]
+    if pulled:  # rank 0 prints the handle as one JSON line, then serves until every shard is acked
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        handle = next((json.loads(l) for l in p.stdout if l.startswith("{") and '"endpoint"' in l), None)
+        cache = pull(handle) if handle else None
+        try:
+            rc = p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "hung"
+        if handle is None or rc != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: handle {handle}, exit {rc}:\n{p.stderr.read()[-3000:]}")
+        return cache, int(cache.first_token)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stderr[-3000:]}")
@@ -200,7 +219,7 @@ def main() -> int:
         os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "slope", "llamacpp")), "models"))
     ap.add_argument("--families", default="llama,gpt_oss")
     ap.add_argument("--lengths", default="7,33,100")
-    ap.add_argument("--meshes", default="1,ring2,tp2")
+    ap.add_argument("--meshes", default="1,ring2,tp2,ring2-pull")
     ap.add_argument("--steps", type=int, default=16)
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()

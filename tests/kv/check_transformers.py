@@ -45,7 +45,7 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from slope_client import KvCache, LayerKv, load_kv_dir  # noqa: E402
+from slope_client import KvCache, LayerKv, load_kv_dir, pull  # noqa: E402
 from slope_client.cache import read_safetensors  # noqa: E402
 from slope_client.hf import generate_from_kv, to_dynamic_cache  # noqa: E402
 
@@ -60,6 +60,9 @@ MESHES = {
     "tp2": (2, ["--tp", "2"]),
     "pp2": (2, ["--pp", "2"]),
     "ring2xu2": (4, ["--ring", "2", "--ulysses", "2"]),
+    # The same mesh, its KV pulled from every rank over TCP (`slope run --kv-serve`, slope_client.pull,
+    # sliding layers sent as their last W rows) instead of read from --kv-out files.
+    "ring2xu2-pull": (4, ["--ring", "2", "--ulysses", "2"]),
 }
 PERTURB_MESH = "ring2xu2"
 
@@ -100,23 +103,40 @@ def reference(model, tokens, new_tokens):
 
 
 def slope_prefill(args, model_dir, tokens, mesh, work):
-    """Runs slope run --kv-out on the mesh; returns (first token, last-position logits, kv dir)."""
+    """Runs slope run on the mesh; returns (first token, last-position logits, KvCache): read from
+    --kv-out's files, or for a "-pull" mesh pulled from the ranks of `slope run --kv-serve`."""
     ranks, flags = MESHES[mesh]
     tok_file = os.path.join(work, "tokens.txt")
     with open(tok_file, "w") as f:
         f.write(" ".join(map(str, tokens)))
     kv_dir = os.path.join(work, "kv")
     logits_file = os.path.join(work, "logits.f32")
+    pulled = mesh.endswith("-pull")
+    kv_flags = ["--kv-serve", "--kv-lease-s", "120"] if pulled else ["--kv-out", kv_dir, "--json"]
     cmd = [args.slope, "run", "--model", model_dir, "--tokens", tok_file, "--dtype", "f32", "--threads", "1",
-           "--kv-out", kv_dir, "--logits-out", logits_file, "--json", "--quiet", *flags]
+           *kv_flags, "--logits-out", logits_file, "--quiet", *flags]
     if ranks > 1:
         cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
                "none", "-x", "OMP_NUM_THREADS=1", "-np", str(ranks), *cmd]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-2000:]}")
-    result = json.loads(p.stdout.strip().splitlines()[-1])
-    return int(result["first_token"]), torch.from_numpy(np.fromfile(logits_file, dtype="<f4")), kv_dir
+    if pulled:  # rank 0 prints the handle as one JSON line, then serves until every shard is acked
+        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        handle = next((json.loads(l) for l in p.stdout if l.startswith("{") and '"endpoint"' in l), None)
+        cache = pull(handle) if handle else None
+        try:
+            rc = p.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = "hung"
+        if handle is None or rc != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: handle {handle}, exit {rc}:\n{p.stderr.read()[-2000:]}")
+        first = cache.first_token
+    else:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+        first = int(json.loads(p.stdout.strip().splitlines()[-1])["first_token"])
+        cache = load_kv_dir(kv_dir)
+    return int(first), torch.from_numpy(np.fromfile(logits_file, dtype="<f4")), cache
 
 
 def rel_err(a, b):
@@ -247,8 +267,7 @@ def main():
             for mesh in args.meshes.split(","):
                 what = f"{family} len {n} {mesh}"
                 with tempfile.TemporaryDirectory(prefix="slope-kv-hf-") as work:
-                    first, slope_logits, kv_dir = slope_prefill(args, model_dir, tokens, mesh, work)
-                    cache = load_kv_dir(kv_dir)
+                    first, slope_logits, cache = slope_prefill(args, model_dir, tokens, mesh, work)
                 cache.first_token = first
                 check_layout(to_dynamic_cache(cache, model.config), own, what)
                 check(first == want[0], f"{what}: SLOPE's first token {first} is transformers' own {want[0]}")
