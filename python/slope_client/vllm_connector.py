@@ -66,7 +66,7 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-logger = init_logger(__name__)
+logger = init_logger("vllm.slope_connector")  # under "vllm": vLLM's log handler prints it
 
 HANDLE_KEY = "slope_kv"  # kv_transfer_params[HANDLE_KEY] is the SLOPE handle
 NULL_BLOCK = 0  # vLLM's placeholder block (block_pool.null_block): nothing may be written there

