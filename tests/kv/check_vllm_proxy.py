@@ -13,6 +13,7 @@ SlopeConnector. Checks, for prompt lengths 15 and 100 (token ids):
   * vLLM's log shows the connector loading len - 1 positions;
   * with layer 0's K overwritten in SLOPE's shard files, the proxy's tokens differ from vLLM's
     own (the decode really continues from SLOPE's KV);
+  * a streamed request (stream: true) comes through as server-sent events with the same tokens;
   * with the prefill side down, the proxy answers 502 naming it.
 Exit 77 when the vLLM venv or mpirun is missing.
 
@@ -58,6 +59,22 @@ def post(url: str, body: dict, timeout: float = 600) -> tuple[int, dict]:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read() or b"{}")
+
+
+def post_stream(url: str, body: dict, timeout: float = 600) -> tuple[int, list[int], bool]:
+    """POSTs a streamed completion; returns the status, the token ids of every event, and
+    whether the stream ended with [DONE]."""
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    ids, done = [], False
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        for line in r:
+            line = line.decode().strip()
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: "):
+                for choice in json.loads(line[6:]).get("choices", []):
+                    ids += choice.get("token_ids") or []
+        return r.status, ids, done
 
 
 def wait_http(url: str, proc: subprocess.Popen, what: str, timeout: float) -> None:
@@ -182,6 +199,9 @@ def main() -> int:
             corrupt[0] = False
             got = bad.get("choices", [{}])[0].get("token_ids")
             fails.check(s3 == 200 and got != want, f"len {n}: with layer 0's K corrupted the tokens differ ({got})")
+            s4, streamed, done = post_stream(f"http://127.0.0.1:{pport}/v1/completions", dict(req, stream=True))
+            fails.check(s4 == 200 and done and streamed == want,
+                        f"len {n}: streamed through the proxy, the same tokens ({streamed}, [DONE] {done})")
 
         pre.shutdown()
         pre.server_close()
