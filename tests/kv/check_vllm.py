@@ -144,8 +144,15 @@ def main() -> int:
         worker = get_kv_transfer_group()
         fails.check(isinstance(worker, conn.SlopeConnector), f"vLLM loaded SlopeConnector ({type(worker).__name__})")
 
+        scrub_rng = torch.Generator().manual_seed(1)
+
         def generate(tokens, handle=None):
             extra = {"kv_transfer_params": {"slope_kv": handle}} if handle is not None else None
+            if handle is not None:
+                # Noise in every block first: a position the connector does not write cannot pass
+                # for right by holding what the reference run of the same prompt left there.
+                for kv in worker._kv_caches.values():
+                    kv.copy_(torch.randn(kv.shape, generator=scrub_rng, dtype=kv.dtype))
             sp = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, logprobs=0, detokenize=False, extra_args=extra)
             before = len(worker.loads)
             out = llm.generate([TokensPrompt(prompt_token_ids=tokens)], sp, use_tqdm=False)[0].outputs[0]
