@@ -117,8 +117,7 @@ class LoadSpec:
     block_ids: tuple[list[int], ...]  # per KV cache group, vLLM's block ids of the request
     first: int  # positions first .. end - 1 are loaded: what vLLM has not cached itself
     end: int  # the prompt less its last token, which vLLM recomputes
-    prompt_len: int
-    tokens_hash: str
+    prompt: list[int]  # the prompt's token ids, to check the KV is of this prompt
 
 
 @dataclass
@@ -187,7 +186,7 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
         end = len(prompt) - 1
         self._pending[request.request_id] = LoadSpec(
             req_id=request.request_id, handle=handle, block_ids=tuple(list(b) for b in blocks.get_block_ids()),
-            first=end - num_external_tokens, end=end, prompt_len=len(prompt), tokens_hash=tokens_hash(prompt))
+            first=end - num_external_tokens, end=end, prompt=prompt)
 
     def build_connector_meta(self, scheduler_output: "SchedulerOutput") -> KVConnectorMetadata:
         meta = SlopeConnectorMetadata(loads=list(self._pending.values()))
@@ -287,9 +286,9 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
             real = block != NULL_BLOCK
             held = pos >= layer.first_position
             # The first position vLLM computes itself, the prompt's last, attends back to
-            # prompt_len - window (later tokens, less far): every position from there must be loaded.
+            # len(prompt) - window (later tokens, less far): every position from there must be loaded.
             window = getattr(group_spec, "sliding_window", None) or 0
-            needed = pos >= spec.prompt_len - window if window else np.ones_like(real)
+            needed = pos >= len(spec.prompt) - window if window else np.ones_like(real)
             missing = needed & ~held
             if missing.any():
                 raise ValueError(f"layer {i}: the decode needs position {int(pos[missing][0])}, but SLOPE's KV "
@@ -313,12 +312,12 @@ class SlopeConnector(KVConnectorBase_V1, SupportsHMA):
     def check_cache(self, cache: KvCache, spec: LoadSpec) -> None:
         """Raises ValueError unless `cache` is the KV of this request's prompt."""
         cache.check()
-        want = cache.meta.get("tokens_hash")
-        if want is not None and want != spec.tokens_hash:
+        if cache.num_tokens != len(spec.prompt):
+            raise ValueError(f"SLOPE's KV holds {cache.num_tokens} positions, the prompt has {len(spec.prompt)}")
+        want = cache.meta.get("tokens_hash")  # computed here, on the loader thread, not in the scheduler
+        if want is not None and want != tokens_hash(spec.prompt):
             raise ValueError(f"SLOPE's KV is of another prompt (tokens_hash {want}, this request's prompt "
-                             f"{spec.tokens_hash}); send the handle of this prompt's prefill")
-        if cache.num_tokens != spec.prompt_len:
-            raise ValueError(f"SLOPE's KV holds {cache.num_tokens} positions, the prompt has {spec.prompt_len}")
+                             f"{tokens_hash(spec.prompt)}); send the handle of this prompt's prefill")
         layers = {extract_layer_index(name) for name in self._kv_caches}
         if layers and max(layers) >= len(cache.layers):
             raise ValueError(f"SLOPE's KV has {len(cache.layers)} layers, vLLM's model {max(layers) + 1}")

@@ -12,7 +12,8 @@ For one model family (llama, or gpt-oss with its sliding-window layers) and the 
   4. the same with one layer of SLOPE's KV corrupted must change the tokens (the KV is used);
   5. gpt-oss: the sliding layers cut to their last W rows (what a window-trimmed pull sends) give
      the reference tokens again; a cut one row too short is refused;
-  6. the KV of another prompt is refused (tokens_hash), and vLLM fails that request.
+  6. the KV of another prompt (one token differs: tokens_hash; or another length) and a missing
+     directory are refused, and vLLM fails that request.
 
 The tiny models are made here from the tests/reference/fixtures configs with head_dim 32 (and
 hidden 128): vLLM's CPU attention refuses head_dim 16 ("Unsupported CPU attention
@@ -227,9 +228,15 @@ def main() -> int:
             fails.check(len(loads) == 1 and "the decode needs position" in (loads[0].error or ""),
                         f"len {n}: a window one row short is refused ({loads}, finish {reason})")
 
+        other = list(prompts[16])
+        other[5] = (other[5] + 1) % 511
+        got, _, loads, reason = generate(other, {"kv_dir": kv_dirs[16]})
+        fails.check(len(loads) == 1 and "another prompt" in (loads[0].error or "") and reason == "error",
+                    f"the KV of another prompt (one token differs) is refused and the request fails ({loads}, "
+                    f"finish {reason})")
         got, _, loads, reason = generate(prompts[17], {"kv_dir": kv_dirs[16]})
-        fails.check(len(loads) == 1 and "another prompt" in (loads[0].error or "") and reason != "length",
-                    f"the KV of another prompt is refused and the request fails ({loads}, finish {reason})")
+        fails.check(len(loads) == 1 and "holds 16 positions, the prompt has 17" in (loads[0].error or "")
+                    and reason == "error", f"the KV of a shorter prompt is refused ({loads}, finish {reason})")
         got, _, loads, reason = generate(prompts[17], {"kv_dir": os.path.join(work, "absent")})
         err = (loads[0].error or "") if len(loads) == 1 else ""
         fails.check("No such file" in err or "no kv.rank" in err,
