@@ -127,6 +127,11 @@ def main() -> int:
 
     work = args.work or tempfile.mkdtemp(prefix=f"slope-vllm-{args.family}-")
     fails = Failures()
+    # Another vLLM version is refused at import, naming the pinned one.
+    r = subprocess.run([sys.executable, "-c", "import vllm; vllm.__version__ = '0.33.0'; "
+                        "import slope_client.vllm_connector"], capture_output=True, text=True, timeout=300)
+    fails.check(r.returncode != 0 and "written for vLLM 0.32.0" in r.stderr and "0.33.0 is installed" in r.stderr,
+                f"vLLM 0.33.0 is refused at import ({r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode})")
     try:
         model = os.path.join(work, "model")
         make_model(args.family, model)

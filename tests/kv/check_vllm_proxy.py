@@ -14,7 +14,8 @@ SlopeConnector. Checks, for prompt lengths 15 and 100 (token ids):
   * with layer 0's K overwritten in SLOPE's shard files, the proxy's tokens differ from vLLM's
     own (the decode really continues from SLOPE's KV);
   * a streamed request (stream: true) comes through as server-sent events with the same tokens;
-  * with the prefill side down, the proxy answers 502 naming it.
+  * a body that is not JSON, or has no prompt, gets 400; with the prefill side down, the proxy
+    answers 502 naming it.
 Exit 77 when the vLLM venv or mpirun is missing.
 
   python check_vllm_proxy.py --slope build/release/slope [--work DIR]
@@ -202,6 +203,18 @@ def main() -> int:
             s4, streamed, done = post_stream(f"http://127.0.0.1:{pport}/v1/completions", dict(req, stream=True))
             fails.check(s4 == 200 and done and streamed == want,
                         f"len {n}: streamed through the proxy, the same tokens ({streamed}, [DONE] {done})")
+
+        req = urllib.request.Request(f"http://127.0.0.1:{pport}/v1/completions", b"{not json",
+                                     {"Content-Type": "application/json"})
+        try:
+            urllib.request.urlopen(req, timeout=60)
+            status, msg = 200, ""
+        except urllib.error.HTTPError as e:
+            status, msg = e.code, json.loads(e.read()).get("error", {}).get("message", "")
+        fails.check(status == 400 and "not JSON" in msg, f"a body that is not JSON: 400 ({status}: {msg})")
+        s, err = post(f"http://127.0.0.1:{pport}/v1/completions", {"model": "tiny", "max_tokens": 2})
+        fails.check(s == 400 and "prompt" in err.get("error", {}).get("message", ""),
+                    f"no prompt: 400 ({s}: {err})")
 
         pre.shutdown()
         pre.server_close()
