@@ -354,8 +354,9 @@ def window_trimmed(cache):
     out = copy.copy(cache)
     out.layers = []
     for layer in cache.layers:
-        lo = max(0, cache.num_tokens - layer.window) if layer.window else 0
-        out.layers.append(type(layer)(layer.k[lo:], layer.v[lo:], lo, layer.window))
+        lo = max(layer.first_position, cache.num_tokens - layer.window) if layer.window else 0
+        cut = lo - layer.first_position  # rows already dropped (a pulled cache is trimmed)
+        out.layers.append(type(layer)(layer.k[cut:], layer.v[cut:], lo, layer.window))
     out.check()
     return out
 
