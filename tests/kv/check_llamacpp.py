@@ -58,7 +58,7 @@ MESHES = {"1": (1, []), "ring2": (2, ["--ring", "2"]), "tp2": (2, ["--tp", "2"])
 
 try:
     import llama_cpp
-    from slope_client import pull
+    from kv_serve import pull_after_prefill  # tests/kv, this script's directory
     from slope_client.cache import load_kv_dir, read_safetensors
     from slope_client import llamacpp as lc
 except ImportError as e:  # the environment is made by scripts/llamacpp-venv.sh
@@ -167,17 +167,8 @@ def slope_prefill(args, family: str, tokens: np.ndarray, mesh: str, work: str, l
            "--dtype", "f32", *kv_flags, "--quiet", "--threads", "1", *flags]
     if np_ > 1:
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_), *cmd]
-    if pulled:  # rank 0 prints the handle as one JSON line, then serves until every shard is acked
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        handle = next((json.loads(l) for l in p.stdout if l.startswith("{") and '"endpoint"' in l), None)
-        cache = pull(handle) if handle else None
-        try:
-            rc = p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = "hung"
-        if handle is None or rc != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: handle {handle}, exit {rc}:\n{p.stderr.read()[-3000:]}")
+    if pulled:
+        cache = pull_after_prefill(cmd)
         return cache, int(cache.first_token)
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if r.returncode != 0:

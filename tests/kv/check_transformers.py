@@ -45,9 +45,10 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
-from slope_client import KvCache, LayerKv, load_kv_dir, pull  # noqa: E402
+from slope_client import KvCache, LayerKv, load_kv_dir  # noqa: E402
 from slope_client.cache import read_safetensors  # noqa: E402
 from slope_client.hf import generate_from_kv, to_dynamic_cache  # noqa: E402
+from kv_serve import pull_after_prefill  # noqa: E402  (tests/kv, this script's directory)
 
 # Both sides compute in float32; SLOPE's K/V and logits differ from transformers' by rounding
 # (measured up to ~1e-5 relative on these models), so 1e-4 relative to the largest
@@ -118,17 +119,8 @@ def slope_prefill(args, model_dir, tokens, mesh, work):
     if ranks > 1:
         cmd = [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--mca", "btl_vader_single_copy_mechanism",
                "none", "-x", "OMP_NUM_THREADS=1", "-np", str(ranks), *cmd]
-    if pulled:  # rank 0 prints the handle as one JSON line, then serves until every shard is acked
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        handle = next((json.loads(l) for l in p.stdout if l.startswith("{") and '"endpoint"' in l), None)
-        cache = pull(handle) if handle else None
-        try:
-            rc = p.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            rc = "hung"
-        if handle is None or rc != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: handle {handle}, exit {rc}:\n{p.stderr.read()[-2000:]}")
+    if pulled:
+        cache = pull_after_prefill(cmd)
         first = cache.first_token
     else:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
