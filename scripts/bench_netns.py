@@ -62,13 +62,20 @@ def main():
                                    latency_us=a.latency_us,
                                    description=f"veth between network namespaces, tc tbf {rate}")
             prof["node"]["devices_per_node"] = 1
+            # The planner keeps Ulysses inside a node, so for ulysses=2 the two namespaces are
+            # described as one node of 2 devices whose all-to-all link is the veth's.
+            prof_u = copy.deepcopy(prof)
+            prof_u["node"]["devices_per_node"] = 2
+            prof_u["node"]["alltoall"] = {"bandwidth_gbs": gbs, "latency_us": a.latency_us}
             ppath = os.path.join(tmp, f"profile-{rate}.json")
             json.dump(prof, open(ppath, "w"))
+            json.dump(prof_u, open(ppath + ".u", "w"))
             for mesh in a.meshes.split(","):
                 flags, spec = MESHES[mesh]
+                hw = ppath + ".u" if mesh.startswith("ulysses") else ppath
                 for n in a.lengths.split(","):
                     pp = subprocess.run(
-                        [a.slope, "plan", "--predict", "--model", a.model, "--hardware", ppath,
+                        [a.slope, "plan", "--predict", "--model", a.model, "--hardware", hw,
                          "--mesh", spec, "--context", n, "--json"], capture_output=True, text=True)
                     if pp.returncode != 0:
                         raise SystemExit(f"slope plan --predict {mesh} {n}: {pp.stderr.strip()}")

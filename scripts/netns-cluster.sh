@@ -227,8 +227,9 @@ cmd_status() {
 # One mpirun in the root namespace, one app context per node, each started through
 # `ip netns exec`. Only the tcp and self BTLs: shared memory (vader) must not join ranks of
 # different "nodes", and the TCP BTL and the runtime's out-of-band channel are kept on the
-# bridge's subnet so no byte takes the loopback. PMIx's server listens on the root namespace's
-# bridge address for the same reason (a namespace's loopback is its own).
+# bridge's subnet so no byte takes the loopback. PMIx's server (inside mpirun) must listen on the
+# root namespace's bridge address: by default it listens on the loopback, which a namespace does
+# not share, and MPI_Init in the ranks fails with "OPAL ERROR: Unreachable".
 cmd_mpirun() {
   local per="${1:-}"; shift || true
   [[ "$per" =~ ^[0-9]+$ ]] && (( per >= 1 )) || die "mpirun needs RANKS_PER_NODE >= 1, got '$per'"
@@ -243,7 +244,7 @@ cmd_mpirun() {
     first=0
     argv+=(-np "$per" ip netns exec "$(ns_name "$i")" "$@")
   done
-  PMIX_MCA_ptl_tcp_if_include="$subnet.0/24" OMPI_MCA_pmix_server_usock_connections=1 \
+  PMIX_MCA_ptl_tcp_if_include="$subnet.0/24" \
   exec mpirun --allow-run-as-root --oversubscribe --bind-to none \
     --mca btl tcp,self --mca btl_tcp_if_include "$subnet.0/24" \
     --mca oob_tcp_if_include "$subnet.0/24" \
