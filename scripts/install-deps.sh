@@ -13,7 +13,7 @@ pkgs=(cmake g++ make libgomp1 libdnnl-dev ocl-icd-opencl-dev opencl-headers
       libcpp-httplib-dev python3 python3-venv)
 for arg in "$@"; do
   case "$arg" in
-    --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox) ;;
+    --tests) pkgs+=(libgtest-dev libgmock-dev libbenchmark-dev libopenblas-dev libblis-dev gnuplot-nox iproute2) ;;
     # clang++ and -fsanitize=fuzzer,address,undefined (libclang-rt-14-dev); libomp for OpenMP.
     --fuzz) pkgs+=(clang-14 libclang-rt-14-dev libomp-14-dev) ;;
     *) echo "install-deps.sh: unknown option '$arg' (use --tests and/or --fuzz)" >&2; exit 2 ;;
