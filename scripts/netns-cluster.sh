@@ -52,6 +52,13 @@ require_net_admin() {
          "started with --cap-add NET_ADMIN --cap-add SYS_ADMIN); effective caps are 0x$cap" >&2
     exit 77
   fi
+  # Capabilities are not enough everywhere (a chroot without /run, some containers): try one.
+  local probe="slope-probe-$$" err
+  if ! err=$(ip netns add "$probe" 2>&1); then
+    echo "netns-cluster: this machine cannot make network namespaces ('ip netns add' said: $err)" >&2
+    exit 77
+  fi
+  ip netns del "$probe" 2>/dev/null || true
 }
 
 ns_name() { echo "$prefix$1"; }
