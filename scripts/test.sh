@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and runs every test: kernels, loader, transformers fixtures, CLI, planner, MPI
 # (context-parallel, pipeline, tensor-parallel) tests in a release build; then the loader,
-# core and CLI-input tests again under AddressSanitizer + UBSan.
+# core, CLI-input and KV-transfer tests again under AddressSanitizer + UBSan.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh --tests
@@ -18,6 +18,7 @@ fi
 venv_step bash scripts/vllm-venv.sh || true
 ctest --preset release -j2 --timeout 900
 cmake --preset asan >/dev/null
-cmake --build --preset asan --target test_model test_core
+cmake --build --preset asan --target test_model test_core test_kvx
 ASAN_OPTIONS=detect_leaks=1 build/asan/tests/test_model
 ASAN_OPTIONS=detect_leaks=1 build/asan/tests/test_core
+ASAN_OPTIONS=detect_leaks=1 build/asan/tests/test_kvx  # the KV transfer protocol's framing and errors
