@@ -259,13 +259,6 @@ std::vector<std::string> PrefillEngine::kept_kv_ids() const {
   return ids;
 }
 
-int64_t PrefillEngine::kept_kv_bytes() const {
-  std::lock_guard lk(kept_mu_);
-  int64_t bytes = 0;
-  for (const auto& [id, kv] : kept_) bytes += kv->bytes;
-  return bytes;
-}
-
 void PrefillEngine::ship_release(const std::string& kv_id) {
   ShippedHeader h;
   h.kind = kReleaseKv;

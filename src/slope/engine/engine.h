@@ -125,7 +125,6 @@ class PrefillEngine {
   // while the pointer is held, even if it is released meanwhile.
   std::shared_ptr<const KeptKv> kept_kv(const std::string& kv_id) const;
   std::vector<std::string> kept_kv_ids() const;  // sorted; thread-safe
-  int64_t kept_kv_bytes() const;                 // this rank's kept shards, all ids; thread-safe
 
   // Other ranks: runs shipped requests until shutdown(); `on_result` sees each result here.
   // Between requests the rank sleeps between polls for the next one.

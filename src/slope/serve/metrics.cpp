@@ -107,6 +107,10 @@ std::string Metrics::render(double now_s) const {
   const double window = std::min(kRateWindowS, std::max(1e-9, now_s - start_s_));
   s += head("slope_tokens_per_second", "gauge", "prompt tokens prefilled per second over the last minute");
   s += "slope_tokens_per_second " + num(double(recent) / window) + "\n";
+  s += head("slope_kv_leases", "gauge", "KV caches kept on the instances' ranks under a lease");
+  s += "slope_kv_leases " + std::to_string(kv_leases_) + "\n";
+  s += head("slope_kv_leased_bytes", "gauge", "Bytes of the KV caches kept under a lease");
+  s += "slope_kv_leased_bytes " + std::to_string(kv_leased_bytes_) + "\n";
   s += head("slope_front_resident_memory_bytes", "gauge", "resident memory of the server's front process");
   s += "slope_front_resident_memory_bytes " + num(double(current_rss_bytes())) + "\n";
   const double uptime = std::max(1e-9, now_s - start_s_);

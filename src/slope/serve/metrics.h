@@ -47,6 +47,7 @@ class Metrics {
   // rss_bytes: the ranks' resident memory after the pass, < 0 if not known (a failed pass).
   void pass(int instance, double predicted_s, double measured_s, double comm_share, double rss_bytes);
   std::vector<InstanceMetrics>& instances() { return instances_; }
+  void leases(size_t count, int64_t bytes) { kv_leases_ = count, kv_leased_bytes_ = bytes; }  // KV held now
   std::string render(double now_s) const;
 
  private:
@@ -57,6 +58,8 @@ class Metrics {
   uint64_t slo_met_ = 0, slo_missed_ = 0, tokens_ = 0;
   std::deque<std::pair<double, int64_t>> recent_;  // (time, tokens) of the last minute's requests
   std::vector<InstanceMetrics> instances_;
+  size_t kv_leases_ = 0;
+  int64_t kv_leased_bytes_ = 0;
 };
 
 }  // namespace slope::serve

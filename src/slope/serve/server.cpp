@@ -322,12 +322,8 @@ void Server::routes() {
     }
     int64_t kv_bytes = 0;
     for (const auto& [id, lease] : leases_) kv_bytes += lease.bytes;
-    res.set_content(metrics_.render(now_seconds()) +
-                        str_cat("# HELP slope_kv_leases KV caches kept on the instances' ranks under a lease\n",
-                                "# TYPE slope_kv_leases gauge\nslope_kv_leases ", leases_.size(), "\n",
-                                "# HELP slope_kv_leased_bytes Bytes of the KV caches kept under a lease\n",
-                                "# TYPE slope_kv_leased_bytes gauge\nslope_kv_leased_bytes ", kv_bytes, "\n"),
-                    "text/plain; version=0.0.4");
+    metrics_.leases(leases_.size(), kv_bytes);
+    res.set_content(metrics_.render(now_seconds()), "text/plain; version=0.0.4");
   });
 }
 
