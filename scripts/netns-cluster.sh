@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A cluster of "nodes" on one machine: N network namespaces, each joined by a veth pair to one
 # bridge in the root namespace, so MPI between them goes over TCP through real links that `tc`
-# can shape (rate, added delay, loss). The root namespace has an address on the bridge too:
+# can shape (rate, added delay, loss). SLOPE_NETNS_MTU sets every link's MTU (default 1500). The root namespace has an address on the bridge too:
 # mpirun and its PMIx server run there and the ranks inside the namespaces reach them over it.
 #
 #   scripts/netns-cluster.sh up N          make nodes 0..N-1 (idempotent: what exists is kept)
@@ -9,7 +9,9 @@
 #   scripts/netns-cluster.sh shape NODE|all [--rate R] [--delay D] [--loss L]
 #                                          shape both directions of a node's link, e.g.
 #                                          --rate 10gbit (tc tbf); --delay 1ms --loss 0.1%
-#                                          need the kernel's netem
+#                                          use the kernel's netem, or where it is absent
+#                                          scripts/netns-link.py (the link becomes two TAP
+#                                          devices and a user-space forwarder)
 #   scripts/netns-cluster.sh unshape NODE|all
 #   scripts/netns-cluster.sh status        the nodes, their addresses, qdiscs and byte counters
 #   scripts/netns-cluster.sh bytes NODE    "tx rx" bytes of the node's link (its root side)
@@ -33,6 +35,9 @@ bridge="${SLOPE_NETNS_BRIDGE:-slope-br0}"
 subnet="${SLOPE_NETNS_SUBNET:-10.77.0}"
 root_addr="$subnet.254"
 veth_prefix="${prefix//-/}v"   # root side of node i's link: e.g. slopenv0 (names <= 15 chars)
+mtu="${SLOPE_NETNS_MTU:-1500}"
+run_dir="${SLOPE_NETNS_RUN:-/run/slope-netns}"   # pid files of the user-space links
+here="$(cd "$(dirname "$0")" && pwd)"
 
 die() { echo "netns-cluster: $*" >&2; exit 1; }
 usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
@@ -93,15 +98,7 @@ cmd_up() {
   for ((i = 0; i < n; i++)); do
     ns=$(ns_name "$i"); veth=$(veth_name "$i")
     node_exists "$i" || ip netns add "$ns"
-    if ! ip link show "$veth" > /dev/null 2>&1; then
-      ip netns exec "$ns" ip link del eth0 2> /dev/null || true
-      ip link add "$veth" type veth peer name eth0 netns "$ns"
-    fi
-    ip link set "$veth" master "$bridge"
-    ip link set "$veth" up
-    ip -n "$ns" addr replace "$subnet.$((i + 1))/24" dev eth0
-    ip -n "$ns" link set eth0 up
-    ip -n "$ns" link set lo up
+    make_veth "$i"
   done
   trap - ERR
   # Every node's link is up at both ends (and answers a ping, where ping is installed) before
@@ -123,10 +120,81 @@ cmd_up() {
   echo "netns-cluster: $n node(s) up on $bridge ($subnet.0/24; root namespace $root_addr)"
 }
 
+# Node i's link as a veth pair (what `up` makes, and what `unshape` restores after an emulated
+# link), mtu $mtu, the node's address on eth0.
+make_veth() {
+  local i="$1" ns veth
+  ns=$(ns_name "$i"); veth=$(veth_name "$i")
+  if ! ip link show "$veth" > /dev/null 2>&1; then
+    ip netns exec "$ns" ip link del eth0 2> /dev/null || true
+    ip link add "$veth" mtu "$mtu" type veth peer name eth0 netns "$ns"
+  fi
+  ip -n "$ns" link set eth0 mtu "$mtu"
+  ip link set "$veth" mtu "$mtu"
+  ip link set "$veth" master "$bridge"
+  ip link set "$veth" up
+  ip -n "$ns" addr replace "$subnet.$((i + 1))/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$ns" link set lo up
+}
+
+# The user-space link of node i (scripts/netns-link.py), if one runs: stop it (it removes its
+# TAP devices) and wait for it.
+stop_emulated_link() {
+  local pidfile="$run_dir/$(ns_name "$1").pid" pid
+  [[ -f "$pidfile" ]] || return 0
+  pid=$(cat "$pidfile")
+  if kill -TERM "$pid" 2> /dev/null; then
+    local tries
+    for ((tries = 0; tries < 100; tries++)); do
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.05
+    done
+    kill -KILL "$pid" 2> /dev/null || true
+  fi
+  rm -f "$pidfile" "$run_dir/$(ns_name "$1")".{ready,stats}
+  ip link del "$(veth_name "$1")" 2> /dev/null || true
+  ip link del "$(veth_name "$1")n" 2> /dev/null || true
+}
+
+# Node i's link replaced by two TAP devices joined by scripts/netns-link.py, which adds the
+# delay and the loss in user space (for kernels without netem). Same names and address, so
+# `bytes`, `status` and `mpirun` see no difference.
+start_emulated_link() {
+  local i="$1" delay_ms="$2" loss_pct="$3" ns pidfile ready
+  ns=$(ns_name "$i"); pidfile="$run_dir/$ns.pid"; ready="$run_dir/$ns.ready"
+  command -v python3 > /dev/null || die "--delay/--loss without netem need python3 (scripts/netns-link.py)"
+  stop_emulated_link "$i"
+  ip link del "$(veth_name "$i")" 2> /dev/null || true
+  mkdir -p "$run_dir"; rm -f "$ready"
+  python3 "$here/netns-link.py" --namespace "$ns" --port "$(veth_name "$i")" --bridge "$bridge" \
+    --address "$subnet.$((i + 1))/24" --mtu "$mtu" --delay-ms "$delay_ms" --loss-pct "$loss_pct" \
+    --seed "$((i + 1))" --ready "$ready" --stats "$run_dir/$ns.stats" > "$run_dir/$ns.log" 2>&1 &
+  echo $! > "$pidfile"
+  local tries
+  for ((tries = 0; tries < 100; tries++)); do
+    [[ -f "$ready" ]] && return 0
+    kill -0 "$(cat "$pidfile")" 2> /dev/null || break
+    sleep 0.05
+  done
+  die "node $i's emulated link did not start: $(tail -3 "$run_dir/$ns.log")"
+}
+
+duration_ms() {  # "1ms" | "500us" | "0.2s" -> milliseconds
+  [[ "$1" =~ ^([0-9]+(\.[0-9]+)?)(us|ms|s)$ ]] || die "delay '$1' is NUMBER followed by us, ms or s (e.g. 1ms)"
+  python3 -c "import sys; v, u = float(sys.argv[1]), sys.argv[2]; print(v / 1000 if u == 'us' else v * 1000 if u == 's' else v)" \
+    "${BASH_REMATCH[1]}" "${BASH_REMATCH[3]}"
+}
+loss_pct() {  # "0.1%" -> 0.1
+  [[ "$1" =~ ^([0-9]+(\.[0-9]+)?)%$ ]] || die "loss '$1' is a percentage (e.g. 0.1%)"
+  echo "${BASH_REMATCH[1]}"
+}
+
 cmd_down() {
   command -v ip > /dev/null || exit 0
   local i
   for i in $(nodes); do
+    stop_emulated_link "$i"
     ip link del "$(veth_name "$i")" 2> /dev/null || true   # takes the peer with it
     ip netns del "$(ns_name "$i")" 2> /dev/null || true
   done
@@ -136,8 +204,10 @@ cmd_down() {
 # Both ends of a node's link are shaped: the root side shapes what the node receives, the node's
 # eth0 what it sends. A rate alone is a token bucket (tbf), whose bucket holds 1 ms of the rate
 # (at least 256 KiB, several 64 KiB GSO frames) so the rate, not the bucket, sets the
-# throughput. A delay or a loss needs netem (rate included), which some kernels lack
-# (CONFIG_NET_SCH_NETEM): then it is refused with that reason rather than ignored.
+# throughput. A delay or a loss is netem's (rate included) where the kernel has it
+# (CONFIG_NET_SCH_NETEM); elsewhere the link becomes an emulated one (start_emulated_link) and
+# its rate is tbf on the TAP devices. The emulated link forwards frames in Python: about
+# 1 Gbit/s at most with SLOPE_NETNS_MTU=9000, half that at 1500 (measured with 1 ms added).
 rate_bits() {  # "10gbit" -> 10000000000
   local v="$1" num unit
   [[ "$v" =~ ^([0-9]+)(bit|kbit|mbit|gbit)$ ]] \
@@ -169,22 +239,32 @@ cmd_shape() {
   [[ -n "$rate$delay$loss" ]] || die "shape needs at least one of --rate, --delay, --loss"
   require_net_admin
   local list; list=$(targets "$target")
-  local args
-  if [[ -n "$delay$loss" ]]; then
-    has_netem || die "this kernel has no netem qdisc (CONFIG_NET_SCH_NETEM), so --delay and" \
-                     "--loss cannot be applied here; --rate alone works (tbf)"
+  local args=() i
+  if [[ -n "$delay$loss" ]] && has_netem; then
     args=(netem limit 100000)
     [[ -n "$delay" ]] && args+=(delay "$delay")
     [[ -n "$loss" ]] && args+=(loss "$loss")
     [[ -n "$rate" ]] && args+=(rate "$rate")
   else
-    local bits burst
-    bits=$(rate_bits "$rate")
-    burst=$(( bits / 8 / 1000 ))
-    (( burst >= 262144 )) || burst=262144
-    args=(tbf rate "$rate" burst "$burst" latency 50ms)
+    if [[ -n "$delay$loss" ]]; then
+      local dms=0 lpct=0
+      [[ -n "$delay" ]] && dms=$(duration_ms "$delay")
+      [[ -n "$loss" ]] && lpct=$(loss_pct "$loss")
+      if [[ -n "$rate" ]] && (( $(rate_bits "$rate") > 1000000000 )); then
+        echo "netns-cluster: no netem here, so the delay and loss are added in user space, which" \
+             "forwards about 1 Gbit/s at most (with SLOPE_NETNS_MTU=9000): $rate will not be reached" >&2
+      fi
+      for i in $list; do start_emulated_link "$i" "$dms" "$lpct"; done
+    fi
+    if [[ -n "$rate" ]]; then
+      local bits burst
+      bits=$(rate_bits "$rate")
+      burst=$(( bits / 8 / 1000 ))
+      (( burst >= 262144 )) || burst=262144
+      args=(tbf rate "$rate" burst "$burst" latency 50ms)
+    fi
   fi
-  local i
+  (( ${#args[@]} )) || return 0
   for i in $list; do
     tc qdisc replace dev "$(veth_name "$i")" root "${args[@]}" \
       || die "tc qdisc ${args[*]} refused on $(veth_name "$i")"
@@ -199,6 +279,11 @@ cmd_unshape() {
   require_net_admin
   local list i; list=$(targets "$target")
   for i in $list; do
+    if [[ -f "$run_dir/$(ns_name "$i").pid" ]]; then  # an emulated link: back to a veth
+      stop_emulated_link "$i"
+      make_veth "$i"
+      continue
+    fi
     tc qdisc del dev "$(veth_name "$i")" root 2> /dev/null || true
     ip netns exec "$(ns_name "$i")" tc qdisc del dev eth0 root 2> /dev/null || true
   done
@@ -227,7 +312,9 @@ cmd_status() {
     local addr qd
     addr=$(ip -n "$(ns_name "$i")" -4 -o addr show dev eth0 2> /dev/null | awk '{print $4}')
     qd=$(tc qdisc show dev "$(veth_name "$i")" root 2> /dev/null | head -1)
-    echo "node $i: $(ns_name "$i") $addr via $(veth_name "$i"); bytes tx/rx $(cmd_bytes "$i"); $qd"
+    local emu="" stats="$run_dir/$(ns_name "$i").stats"
+    [[ -f "$run_dir/$(ns_name "$i").pid" ]] && emu="; emulated link (scripts/netns-link.py) $(cat "$stats" 2> /dev/null)"
+    echo "node $i: $(ns_name "$i") $addr via $(veth_name "$i"); bytes tx/rx $(cmd_bytes "$i"); $qd$emu"
   done
 }
 

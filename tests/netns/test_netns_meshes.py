@@ -7,7 +7,10 @@ ulysses=2, pp=2 (1 rank per node) and ring=2 x ulysses=2 (2 ranks per node):
   - `slope run --check` passes (it compares with one rank itself; exit 4 on a mismatch);
   - the first token equals, and the last position's logits match, a separate 1-rank run;
   - the bytes each node's veth carried out grew by at least what its ranks' data plane sent
-    (half of it with 2 ranks per node), so the traffic really crossed the links (and not a loopback or shared memory).
+    (half of it with 2 ranks per node), so the traffic really crossed the links (and not a loopback or shared memory);
+  - with 2 ms added each way on every link and 1% of the frames dropped (netem, or where the
+    kernel lacks it the user-space link of scripts/netns-link.py), ring=2 and pp=2 still equal
+    one rank, and the delay and the drops were really there.
 
 Usage: test_netns_meshes.py SLOPE_BINARY REPO_ROOT. Exit 77 (skipped) without `ip` or without
 CAP_NET_ADMIN / CAP_SYS_ADMIN.
@@ -15,6 +18,7 @@ CAP_NET_ADMIN / CAP_SYS_ADMIN.
 import array
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -124,11 +128,63 @@ def run_all(slope, cluster, env, tmp):
               f"{after[1][1] - before[1][1]}, ranks sent "
               f"{[pr['bytes_sent'] for pr in r['per_rank']]}")
         failures += [f"{name}: {x}" for x in problems]
+    failures += lossy_link(slope, cluster, env, tmp, common, ref, ref_l)
     if failures:
         print("FAIL\n" + "\n".join(failures))
         return 1
-    print("PASS: every mesh across 2 namespaces equals one rank, traffic crossed the veths")
+    print("PASS: every mesh across 2 namespaces equals one rank, traffic crossed the veths, "
+          "and a link with delay and loss changes nothing but the time")
     return 0
+
+
+def connect_rtt(env, ns, addr):
+    """Seconds for a TCP connect from namespace ns to a closed port on addr (SYN, then RST)."""
+    code = ("import socket, time\n"
+            "t = time.monotonic()\n"
+            "try: socket.create_connection((%r, 9), timeout=5).close()\n"
+            "except OSError: pass\n"
+            "print(time.monotonic() - t)" % addr)
+    out = subprocess.run(["ip", "netns", "exec", ns, "python3", "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out)
+
+
+def lossy_link(slope, cluster, env, tmp, common, ref, ref_l):
+    """Both links with DELAY added each way and LOSS of the frames dropped (netem, or where the
+    kernel lacks it scripts/netns-link.py): ring=2 and pp=2 still equal one rank, the delay is
+    there (a connect's round trip crosses 4 delayed hops), and frames were dropped."""
+    delay_ms, loss = 2, "1%"
+    shaped = subprocess.run(["bash", cluster, "shape", "all", "--delay", f"{delay_ms}ms", "--loss", loss],
+                            env=env, capture_output=True, text=True)
+    if shaped.returncode != 0:
+        return [f"shape --delay --loss failed: {shaped.stderr.strip()}"]
+    problems = []
+    ns0 = env["SLOPE_NETNS_PREFIX"] + "0"
+    rtt = min(connect_rtt(env, ns0, env["SLOPE_NETNS_SUBNET"] + ".2") for _ in range(3))
+    if rtt < 4 * delay_ms / 1000 * 0.9:
+        problems.append(f"a connect across the delayed links took {rtt * 1000:.1f} ms, under the "
+                        f"{4 * delay_ms} ms the added delay makes")
+    for name, flags in (("ring2", ["--ring", "2"]), ("pp2", ["--pp", "2"])):
+        logits = os.path.join(tmp, name + "-lossy.bin")
+        p = subprocess.run(["bash", cluster, "mpirun", "1", "--", slope, *common, *flags, "--check",
+                            "--logits-out", logits], env=env, capture_output=True, text=True, timeout=300)
+        if p.returncode != 0:
+            problems.append(f"{name} over the lossy link: exit {p.returncode}\n{p.stderr[-3000:]}")
+            continue
+        r = json.loads(p.stdout.strip().splitlines()[-1])
+        err = rel_err(read_logits(logits), ref_l)
+        if not r.get("check", {}).get("pass") or r["first_token"] != ref["first_token"] or err > LOGITS_REL_TOL:
+            problems.append(f"{name} over the lossy link: check {r.get('check')}, first token "
+                            f"{r['first_token']} (1 rank: {ref['first_token']}), logits rel err {err:.3g}")
+        print(f"{name} with {delay_ms} ms and {loss} loss per link: check {r['check']['pass']}, "
+              f"logits rel err {err:.3g}, TTFT {r['ttft_ms']:.0f} ms")
+    status = subprocess.run(["bash", cluster, "status"], env=env, capture_output=True, text=True).stdout
+    print(status.strip())
+    dropped = [int(x) for x in re.findall(r'"dropped": (\d+)', status)]
+    if "emulated link" in status and sum(dropped) == 0:
+        problems.append(f"the emulated links dropped no frame at {loss} loss: {status}")
+    subprocess.run(["bash", cluster, "unshape", "all"], env=env, check=True)
+    return [f"lossy link: {x}" for x in problems]
 
 
 if __name__ == "__main__":
