@@ -1,7 +1,7 @@
 // How much of the ring's K/V traffic hides behind block attention.
 //
 //   mpirun -np R bench_cp_overlap --ring R --tokens N [--hq 8 --hkv 8 --dim 64]
-//          [--progress-rows 64] [--progress-tests 16] [--reps 3]
+//          [--progress-rows 64] [--progress-tests 16] [--progress-thread 1|0] [--reps 3]
 //
 // 1. Transfer alone: the ring's per-step exchange (isend/irecv of one K/V block to the next /
 //    from the previous rank), no compute: T_xfer per step.
@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   MpiRuntime mpi(&argc, &argv);
   try {
     int R = 2, reps = 3, progress_tests = 16;
+    bool progress_thread = true;
     int64_t n = 8192, hq = 8, hkv = 8, dim = 64, progress_rows = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string k = argv[i], v = argv[i + 1];
@@ -45,6 +46,7 @@ int main(int argc, char** argv) {
       else if (k == "--dim") dim = std::stoll(v);
       else if (k == "--progress-rows") progress_rows = std::stoll(v);
       else if (k == "--progress-tests") progress_tests = std::stoi(v);
+      else if (k == "--progress-thread") progress_thread = v != "0";
       else if (k == "--reps") reps = std::stoi(v);
       else fail("unknown flag ", k);
     }
@@ -79,7 +81,8 @@ int main(int argc, char** argv) {
     }
 
     // 2. Ring attention, full causal layer.
-    ContextParallelAttention cp(mesh, CpOptions{.progress_rows = progress_rows, .progress_tests = progress_tests});
+    ContextParallelAttention cp(mesh, CpOptions{.progress_rows = progress_rows, .progress_tests = progress_tests,
+                                               .progress_thread = progress_thread});
     ops::LayerAttention spec;
     spec.shape = {hq, hkv, dim};
     spec.scale = 1.f / std::sqrt(float(dim));
@@ -98,11 +101,12 @@ int main(int argc, char** argv) {
     const int steps = R - 1;  // steps with a transfer
     const double x = median(xfer), w = median(wait) / steps, c = median(comp) / R;
     if (world->rank() == 0)
-      std::printf("R=%d N=%lld Hq=%lld Hkv=%lld D=%lld progress_rows=%lld tests=%d threads=%d | block %.2f MB"
+      std::printf("R=%d N=%lld Hq=%lld Hkv=%lld D=%lld progress_rows=%lld tests=%d thread=%d threads=%d | block %.2f MB"
                   " | per step: transfer alone %.3f ms, exposed wait %.3f ms, compute %.3f ms"
                   " | hidden %.1f%% | layer %.1f ms\n",
                   R, (long long)n, (long long)hq, (long long)hkv, (long long)dim,
-                  (long long)progress_rows, progress_tests, num_threads(), 2.0 * k.size() * 4 / 1e6, x * 1e3,
+                  (long long)progress_rows, progress_tests,
+                  int(progress_thread && mesh.ring_data().progress_from_helper_thread()), num_threads(), 2.0 * k.size() * 4 / 1e6, x * 1e3,
                   w * 1e3, c * 1e3, 100.0 * (1.0 - std::min(1.0, w / x)), median(total) * 1e3);
     return 0;
   } catch (const std::exception& e) {

@@ -1,7 +1,7 @@
 // Context-parallel attention against the single-rank result, launched under mpirun.
 //
 //   mpirun -np U·R test_dist_attention --ulysses U --ring R [--hq 8 --hkv 2 --dim 16]
-//          [--tokens 1,7,300] [--windows 0,16] [--sinks 0,1] [--progress-rows 8]
+//          [--tokens 1,7,300] [--windows 0,16] [--sinks 0,1] [--progress-rows 8] [--progress-thread 1|0]
 //
 // Every rank draws the same random Q, K, V and sinks (same seed), computes LocalAttention over
 // the whole sequence, runs ContextParallelAttention on its zigzag shard, and compares its own
@@ -47,6 +47,7 @@ struct Args {
   std::vector<int64_t> windows{0, 16};
   std::vector<int64_t> sinks{0, 1};
   int64_t progress_rows = 8;
+  bool progress_thread = true;  // BackgroundProgress (0: MPI_Test polls between slices only)
   int layers = 2;  // repeat each case (runner reuse, stats accumulation)
   unsigned seed = 1234;
 };
@@ -66,6 +67,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--windows") a.windows = parse_list(v);
     else if (k == "--sinks") a.sinks = parse_list(v);
     else if (k == "--progress-rows") a.progress_rows = std::stoll(v);
+    else if (k == "--progress-thread") a.progress_thread = v != "0";
     else if (k == "--layers") a.layers = std::stoi(v);
     else if (k == "--seed") a.seed = unsigned(std::stoul(v));
     else fail("unknown flag ", k);
@@ -136,7 +138,7 @@ int main(int argc, char** argv) {
     auto world = mpi.world(/*timeout_seconds=*/60);
     validate_mesh(a.mesh, world->size(), a.hq, a.hkv, 1);
     Mesh mesh(*world, a.mesh);
-    ContextParallelAttention cp(mesh, CpOptions{.progress_rows = a.progress_rows});
+    ContextParallelAttention cp(mesh, CpOptions{.progress_rows = a.progress_rows, .progress_thread = a.progress_thread});
     bool ok = true;
     for (int64_t n : a.tokens)
       for (int64_t w : a.windows)

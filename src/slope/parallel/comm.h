@@ -8,10 +8,12 @@
 // bytes moved and seconds spent waiting, per communicator.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace slope::parallel {
@@ -68,6 +70,34 @@ void wait_all(std::vector<Request>& requests);
 // Tests all requests once (drives progress); true if all are complete.
 bool test_all(std::vector<Request>& requests);
 
+// Drives `requests` toward completion from a helper thread while the caller computes, for
+// transports that move a large message only while the host is inside MPI (shared memory without
+// CMA single-copy, TCP): polling between the caller's kernel calls leaves most of such a
+// transfer for the final wait. The thread only tests (MPI_Test, with short sleeps between
+// rounds), so it needs the communicator to allow calls from another thread while this one makes
+// none (MPI_THREAD_SERIALIZED: Communicator::progress_from_helper_thread()). The caller must not
+// touch `requests` or call the communicator until finish(). A failed test ends the thread; the
+// caller's wait_all then reports it.
+class BackgroundProgress {
+ public:
+  // Starts the thread when `enabled` and there is something to complete.
+  BackgroundProgress(std::vector<Request>& requests, bool enabled);
+  ~BackgroundProgress() { finish(); }
+  BackgroundProgress(const BackgroundProgress&) = delete;
+  BackgroundProgress& operator=(const BackgroundProgress&) = delete;
+
+  bool active() const { return thread_.joinable(); }
+  // Stops and joins the thread. Returns when the requests completed (now_seconds()), or 0 if
+  // they had not: the caller then waits for them itself (the exposed part).
+  double finish();
+
+ private:
+  std::vector<Request>& requests_;
+  std::atomic<bool> stop_{false};
+  double completed_ = 0;
+  std::thread thread_;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -89,6 +119,10 @@ class Communicator {
 
   virtual const CommStats& stats() const = 0;
   virtual void reset_stats() = 0;
+
+  // True if another thread may test this communicator's requests while the calling thread
+  // makes no MPI call (BackgroundProgress): MPI_THREAD_SERIALIZED or better.
+  virtual bool progress_from_helper_thread() const { return false; }
 
   // --- point to point (non-blocking) -------------------------------------------------------
   virtual Request isend_bytes(const void* data, size_t bytes, int dest, Tag tag) = 0;

@@ -78,6 +78,11 @@ struct CpOptions {
   // moves a few fragments per call, so one call per slice can leave most of it for the final
   // wait; a short burst keeps it moving. With CMA single-copy one call finishes the transfer.
   int progress_tests = 16;
+  // While K/V blocks or halos are in flight, a helper thread tests them (BackgroundProgress,
+  // comm.h) instead of the polls between slices, where the data plane allows it (MPI
+  // initialised with MPI_THREAD_SERIALIZED or better). Needed where the transport moves a large
+  // message only while the host is inside MPI: shared memory without CMA, TCP.
+  bool progress_thread = true;
   // The device's ops the attention kernels and the packing run on, and where the staging
   // buffers live (null: ops::cpu()); the mesh's data planes must be on the same device.
   const ops::Backend* ops = nullptr;

@@ -53,6 +53,8 @@ class DataPlane {
   virtual void allreduce_sum(float* data, size_t count) = 0;
 
   virtual const CommStats& stats() const = 0;
+  // True if a BackgroundProgress thread may drive this plane's requests (comm.h).
+  virtual bool progress_from_helper_thread() const { return false; }
 };
 
 // Makes the data plane over the ranks of `comm` (same ranks, same order). Collective over comm:
@@ -83,6 +85,7 @@ class HostDataPlane final : public DataPlane {
   }
   void allreduce_sum(float* data, size_t count) override { comm_.allreduce(data, count, ReduceOp::Sum); }
   const CommStats& stats() const override { return comm_.stats(); }
+  bool progress_from_helper_thread() const override { return comm_.progress_from_helper_thread(); }
 
  private:
   Communicator& comm_;

@@ -160,14 +160,17 @@ void HaloExchange::attend(const ops::LayerAttention& spec,
     for (int i = 0; i < progress_tests_ && !reqs.empty() && completed == 0; ++i)
         if (test_all(reqs)) completed = now_seconds();
   };
+  BackgroundProgress background(reqs, progress_thread_ && comm_.progress_from_helper_thread());
+  const std::function<void()> poll = background.active() ? std::function<void()>() : progress;
   reset_attention_state(ops_, out, lse, my_q.local_tokens(), Hq, D);
   row = 0;
   for (const Segment& qs : my_q.segments) {
     block_.accumulate(spec, q + row * Hq * D, qs, k, v, my_kv.segments, out + row * Hq * D,
-                      lse + row * Hq, progress, stats);
+                      lse + row * Hq, poll, stats);
     row += qs.length;
   }
   if (!reqs.empty()) {
+    if (completed == 0) completed = background.finish();
     if (completed == 0) {
       wait_all(reqs);
       completed = now_seconds();

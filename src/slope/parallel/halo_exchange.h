@@ -37,8 +37,9 @@ inline std::vector<ops::Segment> halo_needed(const ops::SequenceShard& shard, in
 class HaloExchange {
  public:
   // Buffers on the data plane's device; kernels and packing run on `ops` (the same device).
-  HaloExchange(DataPlane& comm, int64_t slice_rows, int progress_tests = 16, const ops::Backend& ops = ops::cpu())
-      : comm_(comm), ops_(ops), block_(slice_rows, ops), progress_tests_(progress_tests), halo_k_(ops), halo_v_(ops) {}
+  HaloExchange(DataPlane& comm, int64_t slice_rows, int progress_tests = 16, const ops::Backend& ops = ops::cpu(),
+                            bool progress_thread = true)
+      : comm_(comm), ops_(ops), block_(slice_rows, ops), progress_tests_(progress_tests), progress_thread_(progress_thread), halo_k_(ops), halo_v_(ops) {}
 
   // shards: every rank's tokens, indexed by rank in `comm`. q [rows, Hq, D], k/v [rows, Hkv, D]:
   // this rank's rows (shards[comm.rank()]). out [rows, Hq, D], lse [rows, Hq]: attention over
@@ -60,6 +61,7 @@ class HaloExchange {
   const ops::Backend& ops_;
   BlockAttention block_;
   int progress_tests_;
+  bool progress_thread_;  // BackgroundProgress where the plane allows it
   ops::DeviceBuffer halo_k_, halo_v_;
   std::vector<ops::DeviceBuffer> send_;
 };

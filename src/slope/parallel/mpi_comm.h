@@ -22,8 +22,9 @@ namespace slope::parallel {
 
 inline constexpr double kDefaultTimeoutSeconds = 300.0;
 
-// Initialises MPI (MPI_THREAD_FUNNELED: only the thread that created the runtime calls MPI;
-// kernels' OpenMP threads never do) and finalises it on destruction. Started without mpirun,
+// Initialises MPI (MPI_THREAD_SERIALIZED: the thread that created the runtime calls MPI, and
+// while it computes a BackgroundProgress thread may test its transfers; kernels' OpenMP threads
+// never call MPI) and finalises it on destruction. Started without mpirun,
 // MPI comes up as a singleton world of size 1. If MPI is already initialised (a test harness
 // did it), it is used and left running. Only one MpiRuntime may exist at a time.
 class MpiRuntime {
@@ -67,6 +68,7 @@ class MpiCommunicator : public Communicator {
   void set_timeout(double seconds) override { timeout_ = seconds; }
   const CommStats& stats() const override { return stats_; }
   void reset_stats() override { stats_ = {}; }
+  bool progress_from_helper_thread() const override;
 
   Request isend_bytes(const void* data, size_t bytes, int dest, Tag tag) override;
   Request irecv_bytes(void* data, size_t bytes, int src, Tag tag) override;

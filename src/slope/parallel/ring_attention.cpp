@@ -60,8 +60,11 @@ void RingAttention::attend(const ops::LayerAttention& spec,
       for (int i = 0; i < progress_tests_ && !reqs.empty() && completed == 0; ++i)
         if (test_all(reqs)) completed = now_seconds();
     };
-
-    const std::function<void()> poll = reqs.empty() ? std::function<void()>() : progress;
+    // A helper thread moves the blocks while this one computes, where the plane allows it;
+    // else MPI_Test polls between query slices do.
+    BackgroundProgress background(reqs, progress_thread_ && ring_.progress_from_helper_thread());
+    const std::function<void()> poll =
+        reqs.empty() || background.active() ? std::function<void()>() : progress;
     bool computed = false;
     int64_t row = 0;
     for (const Segment& qs : q_segments) {
@@ -73,6 +76,7 @@ void RingAttention::attend(const ops::LayerAttention& spec,
     ++stats.ring_steps;
 
     if (!reqs.empty()) {
+      if (completed == 0) completed = background.finish();
       if (completed == 0) {
         wait_all(reqs);  // the exposed part: counted in the communicator's wait_seconds
         completed = now_seconds();

@@ -29,8 +29,9 @@ class RingAttention {
   // ring: size R, ranks ordered by ring rank; the K/V blocks are its buffers. slice_rows: query
   // rows between progress polls. progress_tests: MPI_Test rounds per poll (see CpOptions).
   // Kernels run on `ops`, the data plane's device.
-  RingAttention(DataPlane& ring, int64_t slice_rows, int progress_tests = 16, const ops::Backend& ops = ops::cpu())
-      : ring_(ring), ops_(ops), block_(slice_rows, ops), progress_tests_(progress_tests), buf_{ops::DeviceBuffer(ops), ops::DeviceBuffer(ops)} {}
+  RingAttention(DataPlane& ring, int64_t slice_rows, int progress_tests = 16, const ops::Backend& ops = ops::cpu(),
+                             bool progress_thread = true)
+      : ring_(ring), ops_(ops), block_(slice_rows, ops), progress_tests_(progress_tests), progress_thread_(progress_thread), buf_{ops::DeviceBuffer(ops), ops::DeviceBuffer(ops)} {}
 
   // spec: the heads this rank computes (after Ulysses, its slice).
   // q [rows, Hq, D], k/v [rows, Hkv, D]: the rows of layout.ring_shard(my ring rank).
@@ -52,6 +53,7 @@ class RingAttention {
   const ops::Backend& ops_;
   BlockAttention block_;
   int progress_tests_;
+  bool progress_thread_;  // BackgroundProgress where the plane allows it
   ops::DeviceBuffer buf_[2];  // [K rows·Hkv·D | V rows·Hkv·D] of the block in flight
 };
 
