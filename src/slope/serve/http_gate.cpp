@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -65,9 +67,31 @@ std::string peer_of(int fd) {  // "" when fd is not a connected IP socket
   return str_cat(host, " ", port);
 }
 
-bool header_complete(const char* p, size_t n) {
+// A request whose header and body are at most this many bytes waits in the gate until all of it
+// has come: a socket's receive buffer (128 KiB by default on Linux, about half of it for data)
+// always holds that much, so a client sending it at speed is never held back by its window.
+constexpr size_t kGatedRequestBytes = 32 << 10;
+
+// Whether the `n` bytes peeked at `p` are a request ready for a worker: the header is complete
+// and, when it declares a Content-Length that keeps the request within kGatedRequestBytes, the
+// body too. A larger or chunked body is read on the worker, under the read timeout.
+size_t header_end(std::string_view s) {  // where the blank line after the header starts, or npos
+  const size_t end = s.find("\r\n\r\n");
+  return end == std::string_view::npos ? s.find("\n\n") : end;
+}
+
+bool request_ready(const char* p, size_t n) {
   const std::string_view s(p, n);
-  return s.find("\r\n\r\n") != std::string_view::npos || s.find("\n\n") != std::string_view::npos;
+  const size_t end = header_end(s);
+  if (end == std::string_view::npos) return false;
+  const size_t body_at = end + (s[end] == '\r' ? 4 : 2);
+  std::string head(s.substr(0, end));
+  for (char& c : head) c = char(std::tolower(static_cast<unsigned char>(c)));
+  const size_t at = head.find("\ncontent-length:");
+  if (at == std::string::npos) return true;
+  const uint64_t length = std::strtoull(head.c_str() + at + 16, nullptr, 10);
+  if (length > kGatedRequestBytes || body_at + length > kGatedRequestBytes) return true;
+  return n >= body_at + length;
 }
 
 }  // namespace
@@ -174,7 +198,7 @@ void RequestGate::refuse(const std::shared_ptr<Conn>& c, int status, const std::
 }
 
 void RequestGate::watch() {
-  std::vector<char> peek(opt_.max_header_bytes + 1);
+  std::vector<char> peek(std::max(opt_.max_header_bytes + 1, kGatedRequestBytes));
   std::vector<pollfd> fds;
   for (;;) {
     bool partial = false;
@@ -203,20 +227,21 @@ void RequestGate::watch() {
       const std::shared_ptr<Conn>& c = *it;
       const ssize_t n = ::recv(c->fd, peek.data(), peek.size(), MSG_PEEK | MSG_DONTWAIT);
       const bool gone = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+      const size_t end = n > 0 ? header_end({peek.data(), size_t(n)}) : std::string_view::npos;
       if (gone) {
         ::close(c->fd);  // the client left before sending a request
         it = waiting_.erase(it);
-      } else if (n > 0 && header_complete(peek.data(), size_t(n))) {
-        working_.push_back(c);
-        dispatch(c);
-        it = waiting_.erase(it);
-      } else if (n > 0 && size_t(n) > opt_.max_header_bytes) {
+      } else if (n > 0 && (end == std::string_view::npos ? size_t(n) : end) > opt_.max_header_bytes) {
         refuse(c, 431, str_cat("the request's header is over the limit of ", opt_.max_header_bytes,
                                " bytes; send less, or start the server with a larger --max-header-bytes"),
                "header_too_large");
         it = waiting_.erase(it);
+      } else if (n > 0 && request_ready(peek.data(), size_t(n))) {
+        working_.push_back(c);
+        dispatch(c);
+        it = waiting_.erase(it);
       } else if (now >= c->deadline) {
-        refuse(c, 408, str_cat("the request's header did not arrive within ", opt_.read_timeout_s,
+        refuse(c, 408, str_cat("the request did not arrive within ", opt_.read_timeout_s,
                                " s; send it at once, or start the server with a larger --http-read-timeout-s"),
                "request_timeout");
         it = waiting_.erase(it);

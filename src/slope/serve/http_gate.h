@@ -6,13 +6,15 @@
 // worker forever, and --http-threads of them stop the server. The gate fixes that in two steps:
 //   1. A new connection waits in the gate, not on a worker: one gate thread watches every waiting
 //      socket (poll, then MSG_PEEK, so httplib still reads every byte) and hands the connection
-//      to a worker only once its request header is complete ("\r\n\r\n"). A header that is not
-//      complete within the read timeout gets 408, one over max_header_bytes gets 431, and the
-//      gate closes the connection itself; no worker ever sees it.
-//   2. On a worker, the rest of the request (the body) must arrive within the read timeout of
-//      the worker taking it, and after each response the next request on a kept-alive
+//      to a worker only once its request header is complete ("\r\n\r\n") and, for a request of
+//      at most 32 KiB (most: 5,000 token ids), its body too. A request not there within the read
+//      timeout gets 408, a header over max_header_bytes 431, and the gate closes the connection
+//      itself; no worker ever sees it.
+//   2. On a worker, the rest of a larger request (its body) must arrive within the read timeout
+//      of the worker taking it, and after each response the next request on a kept-alive
 //      connection too (arm()/disarm() around the handler). Past that, the gate thread shuts the
-//      socket down, and httplib's blocked recv returns at once.
+//      socket down, and httplib's blocked recv returns at once. (A client dribbling a large
+//      body holds a worker for at most the read timeout.)
 // A handler may run as long as it needs (disarmed). The gate finds the socket httplib accepted
 // (its closure does not say) as the one connection to the server's port it does not know yet.
 #pragma once

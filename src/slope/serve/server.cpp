@@ -405,10 +405,12 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
     answer(400, error_body(message, "invalid_request_error", param, "invalid_value"));
   };
   Lease lease;
+  bool found;
   {
     std::lock_guard lk(mu_);
-    if (!lease_of(id, req, lease)) return answer(404, kv_not_found(id));
+    found = lease_of(id, req, lease);
   }
+  if (!found) return answer(404, kv_not_found(id));  // answer() takes mu_ itself
   json body;
   try {
     check_json_depth(req.body);
