@@ -17,8 +17,12 @@ One server (instance ring=2, two clients' keys: one by --api-key, one from --api
   - no path from a request: a model name, a KV id and a push target that spell file paths are
     refused or unknown;
   - slow clients: 12 connections (3x --http-threads) dribbling their header a byte every
-    0.5 s, then 12 dribbling their body: a normal request is served within 1.5 s meanwhile,
-    and each slow one gets 408 or is cut within a few seconds of the read timeout.
+    0.5 s, then 12 dribbling a small body: a normal request is served within 1.5 s meanwhile
+    (they wait in the gate, off the workers), and each slow one gets 408 within the read
+    timeout; then 12 dribbling a 40 kB body (read on a worker): each is cut at the read
+    timeout, so the normal request waits at most 12 / 4 read timeouts;
+  - a second server with --kv-push-allow 10.0.0.0/8: a push to 127.0.0.1 gets 403, the rank
+    never dials it, and the KV can still be pulled.
 Exit code 0 only if every check passed.
 """
 import os
@@ -224,6 +228,34 @@ def test_slow_clients(srv):
               f"longest {longest:.1f} s")
 
 
+def test_push_allow():
+    """--kv-push-allow: a push to a host outside the list gets 403, and no rank dials it."""
+    srv = Server(SLOPE, MODEL, ["ring=1"], ["--kv-push-allow", "10.0.0.0/8,decode.example"])
+    receiver = socket.socket()
+    receiver.bind(("127.0.0.1", 0))
+    receiver.listen(4)
+    receiver.settimeout(0.5)
+    try:
+        kv = prefill(srv, {})
+        target = f"127.0.0.1:{receiver.getsockname()[1]}"
+        status, _, j = srv.request("POST", f"/v1/kv/{kv['id']}/push", {"targets": [{"rank": 0, "endpoint": target}]})
+        msg = error_of(j).get("message", "")
+        check(status == 403 and error_of(j).get("code") == "push_not_allowed" and "--kv-push-allow" in msg,
+              f"a push to {target} outside --kv-push-allow: {status} {msg!r}")
+        try:
+            receiver.accept()
+            check(False, "the rank dialed a target outside --kv-push-allow")
+        except socket.timeout:
+            check(True, "the rank did not dial the target")
+        cache = slope_client.pull(kv, timeout=60)
+        check(cache.num_tokens == 8, "the refused push left the KV for a pull")
+        check(srv.stop() == 0, "the second server exits 0")
+    finally:
+        receiver.close()
+        if srv.proc.poll() is None:
+            srv.proc.kill()
+
+
 def main():
     keyfile = tempfile.NamedTemporaryFile("w", prefix="slope-keys-", delete=False)
     keyfile.write(f"# clients' keys\n\n  {BOB}  \n")
@@ -241,6 +273,10 @@ def main():
         status, _, h = srv.request("GET", "/health", headers=A)
         check(status == 200 and h.get("status") == "ok", "the server is healthy at the end")
         check(srv.stop() == 0, "SIGTERM: exit 0")
+        try:
+            test_push_allow()
+        except Exception as e:  # noqa: BLE001
+            check(False, f"test_push_allow raised {type(e).__name__}: {e}")
     finally:
         if srv.proc.poll() is None:
             srv.proc.kill()

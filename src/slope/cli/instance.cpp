@@ -36,6 +36,7 @@ struct InstanceArgs {
   int64_t chunk = 1024;
   std::string kv_host = "127.0.0.1", kv_key_file;
   int kv_port_base = 0;  // > 0: rank r's KV service listens on kv_port_base + r
+  std::vector<std::string> kv_push_allow;
 };
 
 using kvx::layout_json;
@@ -142,6 +143,8 @@ int cmd_instance(int argc, char** argv) {
   app.add_option("--kv-host", a.kv_host, "address each rank's KV transfer service listens on");
   app.add_option("--kv-port-base", a.kv_port_base, "rank r's KV service listens on this + r (0: any free port)");
   app.add_option("--kv-key-file", a.kv_key_file, "a file of the SHA-256 digests (hex, one a line) of the API keys KV clients may send (none: no key)");
+  app.add_option("--kv-push-allow", a.kv_push_allow, "the hosts a push may dial: CIDR blocks, addresses, names (none: any)")
+      ->delimiter(',');
   parallel::MpiRuntime mpi(&argc, &argv);
   if (const int code = parse_args(app, argc, argv, "instance", mpi.world_rank() == 0); code >= 0) return code;
   auto world = mpi.world(a.timeout > 0 ? a.timeout : parallel::kDefaultTimeoutSeconds);
@@ -160,6 +163,7 @@ int cmd_instance(int argc, char** argv) {
     kvx::ServiceOptions so;
     so.host = a.kv_host;
     so.port = a.kv_port_base > 0 ? a.kv_port_base + world->rank() : 0;
+    so.push_allow = kvx::AddressList(a.kv_push_allow);
     if (!a.kv_key_file.empty()) {  // SHA-256 digests of the API keys, one a line (the keys never reach the ranks)
       std::ifstream key(a.kv_key_file);
       SLOPE_CHECK(key, "cannot read the KV key file ", a.kv_key_file);

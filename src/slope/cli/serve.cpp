@@ -15,6 +15,7 @@
 #include "slope/core/error.h"
 #include "slope/core/sha256.h"
 #include "slope/core/sys.h"
+#include "slope/kvx/address_list.h"
 #include "slope/model/config.h"
 #include "slope/planner/hardware_profile.h"
 #include "slope/planner/parse.h"
@@ -74,6 +75,9 @@ int cmd_serve(int argc, char** argv) {
                  "interface; the handle then names the node)");
   app.add_option("--kv-port-base", o.launch.kv_port_base, "the ranks' KV services listen on consecutive ports from this "
                  "one (instance by instance, rank by rank; 0: any free port)");
+  app.add_option("--kv-push-allow", o.launch.kv_push_allow, "the only hosts POST /v1/kv/{id}/push may make the ranks dial: "
+                 "CIDR blocks, addresses or host names, comma-separated or repeated (default: any)")
+      ->delimiter(',');
   app.add_option("--socket-dir", o.launch.socket_dir, "directory for the instances' unix sockets (default: a new one in $TMPDIR)");
   if (const int code = parse_args(app, argc, argv, "serve"); code >= 0) return code;
   if (!key_file.empty()) {
@@ -119,6 +123,7 @@ int cmd_serve(int argc, char** argv) {
     o.launch.socket_dir = templ;
     own_dir = true;
   }
+  (void)kvx::AddressList(o.launch.kv_push_allow);  // a bad entry fails here, not in every rank
   SLOPE_CHECK(o.launch.kv_port_base >= 0 && o.launch.kv_port_base <= 65535, "--kv-port-base must be in [0, 65535]");
   int code = kExitError;
   try {

@@ -335,7 +335,10 @@ void KvService::push(Connection& c, const json& request) {
   const auto [host, port] = parse_endpoint(target);
   int64_t sent = 0;
   try {
-    Connection out(connect_tcp(host, port, opt_.io_timeout_s), opt_.io_timeout_s);
+    std::function<bool(const sockaddr*)> allowed;  // a listed name is allowed whatever it resolves to
+    if (!opt_.push_allow.empty() && !opt_.push_allow.names(host))
+      allowed = [this](const sockaddr* a) { return opt_.push_allow.allows(a); };
+    Connection out(connect_tcp(host, port, opt_.io_timeout_s, allowed), opt_.io_timeout_s);
     sent = send_shard(out, kv_id, kept_id, *kept, o);
   } catch (const ProtocolError&) {
     throw;

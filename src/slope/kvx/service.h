@@ -18,6 +18,7 @@
 
 #include "slope/core/dtype.h"
 #include "slope/engine/engine.h"
+#include "slope/kvx/address_list.h"
 #include "slope/kvx/protocol.h"
 
 namespace slope::kvx {
@@ -43,6 +44,7 @@ struct ServiceOptions {
   double io_timeout_s = 30;        // longest wait for one read or write of a peer
   double ack_timeout_s = 120;      // longest wait for the client's ack after the last tensor
   int max_connections = 64;        // more at once are refused with an error frame
+  AddressList push_allow;          // non-empty: the only hosts a push may dial (address_list.h)
 };
 
 // The id a rank keeps a shard under: the client's kv_id, and the digest of the API key that made

@@ -471,6 +471,12 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
     });
   for (std::thread& t : threads) t.join();
   for (const json& r : results)
+    if (r.contains("error") && r["error"].get<std::string>().find("[not_allowed]") != std::string::npos)
+      return answer(403, error_body(str_cat("rank ", r["rank"].get<int>(), " may not push its KV to ",
+                                            r["endpoint"].get<std::string>(), ": ", r["error"].get<std::string>(),
+                                            "; the server's --kv-push-allow lists the hosts it may"),
+                                    "invalid_request_error", "targets", "push_not_allowed"));
+  for (const json& r : results)
     if (r.contains("error"))
       return answer(502, error_body(str_cat("rank ", r["rank"].get<int>(), " could not push its KV to ",
                                             r["endpoint"].get<std::string>(), ": ", r["error"].get<std::string>()),

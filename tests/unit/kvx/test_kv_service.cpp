@@ -1,8 +1,13 @@
 // The KV transfer service over real loopback TCP, against a hand-made shard: which rows each
 // layer sends (zigzag segments, window_trim), the bytes in f32 and bf16 against values computed
 // from the positions, the checksums, the release on ack, and the error frames a bad client gets.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+
+#include <poll.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
@@ -317,6 +322,56 @@ TEST(KvService, SlowClientsAreCutAtTheFrameDeadline) {
   EXPECT_LT(waited, 2.5) << "the slow hello held its connection for " << waited << " s (deadline 1 s)";
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the acceptor reaps the finished workers
   pull_and_check(f, "f32", true);
+}
+
+sockaddr_storage address(const char* text) {
+  sockaddr_storage s{};
+  if (::inet_pton(AF_INET, text, &reinterpret_cast<sockaddr_in&>(s).sin_addr) == 1) s.ss_family = AF_INET;
+  else if (::inet_pton(AF_INET6, text, &reinterpret_cast<sockaddr_in6&>(s).sin6_addr) == 1) s.ss_family = AF_INET6;
+  return s;
+}
+
+TEST(AddressList, MatchesBlocksAddressesAndNames) {
+  const AddressList l({"10.1.0.0/16", "192.168.7.9", "fd00::/8", "Decode-Node.example", "172.16.0.0/12"});
+  auto allows = [&](const char* a) {
+    const sockaddr_storage s = address(a);
+    return l.allows(reinterpret_cast<const sockaddr*>(&s));
+  };
+  EXPECT_TRUE(allows("10.1.2.3"));
+  EXPECT_TRUE(allows("10.1.255.255"));
+  EXPECT_FALSE(allows("10.2.0.1"));
+  EXPECT_TRUE(allows("192.168.7.9"));
+  EXPECT_FALSE(allows("192.168.7.10"));
+  EXPECT_TRUE(allows("172.31.0.1"));   // /12: 172.16 to 172.31
+  EXPECT_FALSE(allows("172.32.0.1"));
+  EXPECT_TRUE(allows("fd12::1"));
+  EXPECT_FALSE(allows("fe80::1"));
+  EXPECT_TRUE(allows("::ffff:10.1.0.7"));  // an IPv4-mapped address is its IPv4 one
+  EXPECT_FALSE(allows("::ffff:127.0.0.1"));
+  EXPECT_FALSE(allows("127.0.0.1"));
+  EXPECT_TRUE(l.names("decode-node.EXAMPLE"));
+  EXPECT_FALSE(l.names("decode-node.example.evil"));
+  EXPECT_TRUE(AddressList().empty());
+  for (const char* bad : {"10.0.0.0/33", "10.0.0.0/", "fd00::/129", "a b", "host/8", ""})
+    EXPECT_THROW(AddressList({bad}), Error) << bad;
+}
+
+// A push to a target outside the list is refused before any connection is made.
+TEST(KvService, APushOutsideTheAllowListIsRefused) {
+  Fixture f;
+  const auto [listen_fd, port] = listen_tcp("127.0.0.1", 0);
+  ServiceOptions o;
+  o.push_allow = AddressList({"10.0.0.0/8"});
+  KvService service(description(), o, [&f](const std::string& id) { return f.kept.count(id) ? f.kept[id] : nullptr; },
+                    [](const std::string&) {});
+  Connection c(connect_tcp("127.0.0.1", service.port(), 5), 5);
+  c.write_json(FrameType::Push, {{"kv_id", "a"}, {"target", str_cat("127.0.0.1:", port)}});
+  const json e = error_of(c);
+  EXPECT_EQ(e["code"], "not_allowed");
+  EXPECT_NE(e["error"].get<std::string>().find("--kv-push-allow"), std::string::npos);
+  pollfd p{listen_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "the rank dialed the target";
+  ::close(listen_fd);
 }
 
 }  // namespace
