@@ -191,6 +191,29 @@ def slow_client(port, head, data, results, i, step_s=0.5):
     s.close()
 
 
+def test_expect_continue(srv):
+    """A client that waits for "100 Continue" before its body (curl does, for bodies over 1 KiB)
+    must get it at once: the gate does not wait for a body the client holds back."""
+    body = b'{"prompt": [' + b"1," * 700 + b'1]}'
+    s = socket.create_connection(("127.0.0.1", srv.port), timeout=10)
+    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + ALICE.encode() +
+              b"\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
+              str(len(body)).encode() + b"\r\n\r\n")
+    t0 = time.time()
+    first = s.recv(4096)
+    took = time.time() - t0
+    s.sendall(body)
+    rest = b""
+    while b"\r\n\r\n" not in rest:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        rest += chunk
+    s.close()
+    check(first.startswith(b"HTTP/1.1 100") and took < 0.5 and rest.startswith(b"HTTP/1.1 200"),
+          f"Expect: 100-continue answered in {took:.2f} s ({first[:20]!r}), then {rest[:15]!r}")
+
+
 def test_slow_clients(srv):
     auth = b"Authorization: Bearer " + ALICE.encode() + b"\r\n"
     header = b"GET /health HTTP/1.1\r\nHost: x\r\n" + auth + b"X-Slow: " + b"s" * 40 + b"\r\n\r\n"
@@ -265,7 +288,7 @@ def main():
                   "--http-read-timeout-s", str(READ_TIMEOUT_S), "--max-body-bytes", "100000", "--max-header-bytes", "4096",
                   "--max-prompt-bytes", "1000", "--kv-lease-s", "30"])
     try:
-        for test in (test_keys, test_ownership, test_expiry, test_limits, test_slow_clients):
+        for test in (test_keys, test_ownership, test_expiry, test_limits, test_expect_continue, test_slow_clients):
             try:
                 test(srv)
             except Exception as e:  # noqa: BLE001 (the next test still runs)

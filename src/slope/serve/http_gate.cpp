@@ -87,6 +87,8 @@ bool request_ready(const char* p, size_t n) {
   const size_t body_at = end + (s[end] == '\r' ? 4 : 2);
   std::string head(s.substr(0, end));
   for (char& c : head) c = char(std::tolower(static_cast<unsigned char>(c)));
+  // "Expect: 100-continue": the client sends the body only after the server's go-ahead (httplib's).
+  if (head.find("\nexpect:") != std::string::npos) return true;
   const size_t at = head.find("\ncontent-length:");
   if (at == std::string::npos) return true;
   const uint64_t length = std::strtoull(head.c_str() + at + 16, nullptr, 10);
