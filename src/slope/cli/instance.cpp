@@ -36,6 +36,7 @@ struct InstanceArgs {
   int64_t chunk = 1024;
   std::string kv_host = "127.0.0.1", kv_key_file;
   int kv_port_base = 0;  // > 0: rank r's KV service listens on kv_port_base + r
+  std::vector<std::string> kv_push_allow;
 };
 
 using kvx::layout_json;
@@ -101,10 +102,12 @@ int coordinate(engine::PrefillEngine& eng, const InstanceArgs& a, const std::vec
         engine::PrefillRequest req;
         req.prompts = msg->at("prompts").get<std::vector<std::vector<int32_t>>>();
         req.top_k = msg->value("top_k", 5);
+        // Kept for the API key that asked (its digest): the rank's KV service finds it only with that key.
         req.kv_id = msg->value("kv_id", "");
+        if (!req.kv_id.empty()) req.kv_id = kvx::owned_kv_id(req.kv_id, msg->value("kv_owner", ""));
         reply = reply_of(eng.submit(req), req.prompts, msg->value("logits", false));
       } else if (op == "release") {
-        eng.release_kv(msg->at("kv_id").get<std::string>());
+        eng.release_kv(kvx::owned_kv_id(msg->at("kv_id").get<std::string>(), msg->value("kv_owner", "")));
         reply = {{"ok", true}};
       } else {
         reply = {{"ok", false}, {"error", str_cat("unknown op '", op, "'")}, {"broken", false}};
@@ -139,7 +142,9 @@ int cmd_instance(int argc, char** argv) {
   app.add_option("--chunk", a.chunk, "tokens per chunk of the token-local work");
   app.add_option("--kv-host", a.kv_host, "address each rank's KV transfer service listens on");
   app.add_option("--kv-port-base", a.kv_port_base, "rank r's KV service listens on this + r (0: any free port)");
-  app.add_option("--kv-key-file", a.kv_key_file, "a file holding the API key KV clients must send (none: no key)");
+  app.add_option("--kv-key-file", a.kv_key_file, "a file of the SHA-256 digests (hex, one a line) of the API keys KV clients may send (none: no key)");
+  app.add_option("--kv-push-allow", a.kv_push_allow, "the hosts a push may dial: CIDR blocks, addresses, names (none: any)")
+      ->delimiter(',');
   parallel::MpiRuntime mpi(&argc, &argv);
   if (const int code = parse_args(app, argc, argv, "instance", mpi.world_rank() == 0); code >= 0) return code;
   auto world = mpi.world(a.timeout > 0 ? a.timeout : parallel::kDefaultTimeoutSeconds);
@@ -158,10 +163,13 @@ int cmd_instance(int argc, char** argv) {
     kvx::ServiceOptions so;
     so.host = a.kv_host;
     so.port = a.kv_port_base > 0 ? a.kv_port_base + world->rank() : 0;
-    if (!a.kv_key_file.empty()) {
+    so.push_allow = kvx::AddressList(a.kv_push_allow);
+    if (!a.kv_key_file.empty()) {  // SHA-256 digests of the API keys, one a line (the keys never reach the ranks)
       std::ifstream key(a.kv_key_file);
       SLOPE_CHECK(key, "cannot read the KV key file ", a.kv_key_file);
-      std::getline(key, so.api_key);
+      for (std::string line; std::getline(key, line);)
+        if (!line.empty()) so.key_hashes.push_back(line);
+      SLOPE_CHECK(!so.key_hashes.empty(), "the KV key file ", a.kv_key_file, " holds no key digest");
     }
     kvx::KvService kv_service(kvx::describe_shard(eng, a.model_dir, engine::model_fingerprint(a.model_dir)), so,
                               [&eng](const std::string& id) { return eng.kept_kv(id); },

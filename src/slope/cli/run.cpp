@@ -20,6 +20,7 @@
 #include "slope/cli/tokens.h"
 #include "slope/core/error.h"
 #include "slope/core/file_io.h"
+#include "slope/core/sha256.h"
 #include "slope/core/sys.h"
 #include "slope/engine/distributed.h"
 #include "slope/engine/engine.h"
@@ -403,11 +404,15 @@ int run(const RunArgs& a, parallel::Communicator& world) {
         kvx::ServiceOptions so;
         so.host = a.kv_host;
         so.port = a.kv_port_base > 0 ? a.kv_port_base + rank : 0;
-        so.api_key = a.kv_api_key;
+        // One key: the service names the shard owned_kv_id(kv_id, its digest); this run keeps it
+        // under kv_id.
+        const std::string owner = a.kv_api_key.empty() ? "" : sha256_hex(a.kv_api_key);
+        if (!owner.empty()) so.key_hashes = {owner};
+        auto plain = [owner](const std::string& id) { return owner.empty() ? id : id.substr(0, id.size() - owner.size() - 1); };
         kv_service = std::make_unique<kvx::KvService>(
             kvx::describe_shard(*eng, a.model_dir, engine::model_fingerprint(a.model_dir)), so,
-            [&eng](const std::string& id) { return eng->kept_kv(id); },
-            [&eng](const std::string& id) { eng->release_local(id); });
+            [&eng, plain](const std::string& id) { return eng->kept_kv(plain(id)); },
+            [&eng, plain](const std::string& id) { eng->release_local(plain(id)); });
       }))
     return kExitError;
 

@@ -7,12 +7,15 @@
 
 #include <climits>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 
 #include "slope/cli/cli_util.h"
 #include "slope/cli/commands.h"
 #include "slope/core/error.h"
+#include "slope/core/sha256.h"
 #include "slope/core/sys.h"
+#include "slope/kvx/address_list.h"
 #include "slope/model/config.h"
 #include "slope/planner/hardware_profile.h"
 #include "slope/planner/parse.h"
@@ -45,10 +48,19 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--profile", o.profile, "hardware profile the scheduler predicts TTFT with (a JSON file or profiles/NAME.json)");
   app.add_option("--scheduler", o.scheduler, "slo (admission by predicted TTFT, EDF) or fcfs (first come, first served)");
   app.add_option("--slo-ms", o.slo_ms, "default TTFT target of a request (ttft_slo_ms), milliseconds");
-  app.add_option("--api-key", o.api_key, "require 'Authorization: Bearer KEY' on every endpoint");
+  app.add_option("--api-key", o.api_keys, "require 'Authorization: Bearer KEY' on every endpoint; repeat for several "
+                 "clients' keys (a KV lease is then the key's that made it)")->take_all();
+  std::string key_file;
+  app.add_option("--api-key-file", key_file, "a file of API keys, one a line (blank lines and lines from '#' skipped), "
+                 "taken with those of --api-key");
   app.add_option("--kv-lease-s", o.kv_lease_s, "default KV lease of /v1/prefill, seconds");
   app.add_option("--max-kv-lease-s", o.max_kv_lease_s, "the longest kv_lease_s a request may ask for, seconds");
   app.add_option("--max-body-bytes", o.max_body_bytes, "requests with a larger body get 413");
+  app.add_option("--max-header-bytes", o.max_header_bytes, "requests whose request line and headers are larger get 431");
+  app.add_option("--max-prompt-bytes", o.max_prompt_bytes, "text prompts longer than this (bytes, before the tokenizer) get 400");
+  app.add_option("--http-read-timeout-s", o.http_read_timeout_s, "a request's header must arrive within this of the "
+                 "connection (or of the last response), then its body within this of a worker taking it: slower "
+                 "clients get 408 or are cut");
   app.add_option("--batch-tokens", o.batch_tokens, "prompts up to this many tokens may share a forward pass (0: never)");
   app.add_option("--http-threads", o.http_threads, "HTTP worker threads (requests waiting at once)");
   app.add_option("--drain-s", o.drain_s, "on SIGTERM, wait at most this long for requests in flight");
@@ -63,8 +75,23 @@ int cmd_serve(int argc, char** argv) {
                  "interface; the handle then names the node)");
   app.add_option("--kv-port-base", o.launch.kv_port_base, "the ranks' KV services listen on consecutive ports from this "
                  "one (instance by instance, rank by rank; 0: any free port)");
+  app.add_option("--kv-push-allow", o.launch.kv_push_allow, "the only hosts POST /v1/kv/{id}/push may make the ranks dial: "
+                 "CIDR blocks, addresses or host names, comma-separated or repeated (default: any)")
+      ->delimiter(',');
   app.add_option("--socket-dir", o.launch.socket_dir, "directory for the instances' unix sockets (default: a new one in $TMPDIR)");
   if (const int code = parse_args(app, argc, argv, "serve"); code >= 0) return code;
+  if (!key_file.empty()) {
+    std::ifstream in(key_file);
+    SLOPE_CHECK(in, "cannot read the --api-key-file ", key_file);
+    size_t keys = 0;
+    for (std::string line; std::getline(in, line);) {
+      const size_t b = line.find_first_not_of(" \t\r"), e = line.find_last_not_of(" \t\r");
+      if (b == std::string::npos || line[b] == '#') continue;
+      o.api_keys.push_back(line.substr(b, e - b + 1));
+      ++keys;
+    }
+    SLOPE_CHECK(keys > 0, "the --api-key-file ", key_file, " holds no key (one a line)");
+  }
   return_large_frees_to_system();
   SLOPE_CHECK(plan || !o.instances.empty(), "give the instances to start (--instance MESH, repeated) or --plan");
   if (plan) {
@@ -96,15 +123,17 @@ int cmd_serve(int argc, char** argv) {
     o.launch.socket_dir = templ;
     own_dir = true;
   }
+  (void)kvx::AddressList(o.launch.kv_push_allow);  // a bad entry fails here, not in every rank
   SLOPE_CHECK(o.launch.kv_port_base >= 0 && o.launch.kv_port_base <= 65535, "--kv-port-base must be in [0, 65535]");
   int code = kExitError;
   try {
-    if (!o.api_key.empty()) {  // the ranks' KV services take the same key; a file, not argv (ps shows argv)
+    if (!o.api_keys.empty()) {  // the ranks' KV services check the keys' digests; a file, not argv (ps shows argv)
       o.launch.kv_key_file = o.launch.socket_dir + "/kv.key";
       const int fd = ::open(o.launch.kv_key_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       SLOPE_CHECK(fd >= 0, "cannot write the KV key file ", o.launch.kv_key_file);
-      const std::string line = o.api_key + "\n";
-      const bool ok = ::write(fd, line.data(), line.size()) == ssize_t(line.size());
+      std::string lines;
+      for (const std::string& k : o.api_keys) lines += sha256_hex(k) + "\n";
+      const bool ok = ::write(fd, lines.data(), lines.size()) == ssize_t(lines.size());
       ::close(fd);
       SLOPE_CHECK(ok, "cannot write the KV key file ", o.launch.kv_key_file);
     }

@@ -195,7 +195,7 @@ std::pair<int, int> listen_tcp(const std::string& host, int port) {
   return {fd, got};
 }
 
-int connect_tcp(const std::string& host, int port, double timeout_s) {
+int connect_tcp(const std::string& host, int port, double timeout_s, const std::function<bool(const sockaddr*)>& allowed) {
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -205,7 +205,10 @@ int connect_tcp(const std::string& host, int port, double timeout_s) {
   SLOPE_CHECK(rc == 0, "cannot resolve '", host, "': ", ::gai_strerror(rc));
   int fd = -1;
   std::string why = "no address";
+  bool any_allowed = false;
   for (addrinfo* a = res; a && fd < 0; a = a->ai_next) {
+    if (allowed && !allowed(a->ai_addr)) continue;
+    any_allowed = true;
     fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, a->ai_protocol);
     if (fd < 0) continue;
     if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0 && errno != EINPROGRESS) {
@@ -226,6 +229,8 @@ int connect_tcp(const std::string& host, int port, double timeout_s) {
     }
   }
   ::freeaddrinfo(res);
+  if (!any_allowed)
+    throw ProtocolError("not_allowed", str_cat("no address of ", host, " is one this rank may dial (--kv-push-allow)"));
   SLOPE_CHECK(fd >= 0, "cannot connect to ", host, ":", port, ": ", why);
   ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   return fd;

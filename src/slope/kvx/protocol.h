@@ -5,8 +5,11 @@
 // so a peer that stops mid-frame cannot hold a thread forever.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
@@ -70,7 +73,9 @@ struct ProtocolError : Error {
 std::pair<std::string, int> parse_endpoint(const std::string& endpoint);
 // A TCP socket listening on host:port (port 0: any). Returns (fd, the port bound).
 std::pair<int, int> listen_tcp(const std::string& host, int port);
-// Connects to host:port within timeout_s. Throws slope::Error naming the endpoint.
-int connect_tcp(const std::string& host, int port, double timeout_s);
+// Connects to host:port within timeout_s. Throws slope::Error naming the endpoint. With
+// `allowed`, only the resolved addresses it accepts are dialed; none: ProtocolError "not_allowed".
+int connect_tcp(const std::string& host, int port, double timeout_s,
+                const std::function<bool(const sockaddr*)>& allowed = {});
 
 }  // namespace slope::kvx

@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "slope/core/half.h"
+#include "slope/core/sha256.h"
 #include "slope/core/sys.h"
 #include "slope/kvx/crc32.h"
 
@@ -67,14 +68,11 @@ void check_kept(const ShardDescription& d, const engine::KeptKv& kept) {
     SLOPE_CHECK(t.dtype() == DType::F32 && t.rank() == 3, "the kept KV is not f32 [rows, heads, head_dim]");
 }
 
-bool same_key(const std::string& a, const std::string& b) {  // no early exit on the first difference
-  unsigned diff = a.size() != b.size();
-  for (size_t i = 0; i < std::max(a.size(), b.size()); ++i)
-    diff |= unsigned(i < a.size() ? a[i] : 0) ^ unsigned(i < b.size() ? b[i] : 0);
-  return diff == 0;
-}
-
 }  // namespace
+
+std::string owned_kv_id(const std::string& kv_id, const std::string& owner_hash) {
+  return owner_hash.empty() ? kv_id : kv_id + "/" + owner_hash;
+}
 
 ShardDescription describe_shard(const engine::PrefillEngine& engine, const std::string& model_name,
                                 const std::string& model_hash) {
@@ -257,7 +255,7 @@ void KvService::serve_connection(Connection& c) {
 }
 
 std::shared_ptr<const engine::KeptKv> KvService::find(const json& q, const char* what, std::string& kv_id,
-                                                      SendOptions& o) const {
+                                                      std::string& kept_id, SendOptions& o) const {
   auto field = [&](const char* name, json::value_t type, const json& fallback) {
     if (!q.contains(name)) {
       if (fallback.is_null()) throw ProtocolError("bad_frame", str_cat("the ", what, " has no \"", name, "\""));
@@ -268,25 +266,31 @@ std::shared_ptr<const engine::KeptKv> KvService::find(const json& q, const char*
       throw ProtocolError("bad_frame", str_cat("the ", what, "'s \"", name, "\" has the wrong type"));
     return v;
   };
-  if (!opt_.api_key.empty()) {
+  std::string owner;
+  if (!opt_.key_hashes.empty()) {
     const json key = q.contains("api_key") ? q["api_key"] : json();
     if (!key.is_string()) throw ProtocolError("unauthorized", "this KV service needs the server's API key (\"api_key\")");
-    if (!same_key(key.get<std::string>(), opt_.api_key)) throw ProtocolError("unauthorized", "the API key is wrong");
+    owner = sha256_hex(key.get<std::string>());
+    bool known = false;  // every digest compared in full, whichever matches
+    for (const std::string& h : opt_.key_hashes) known = constant_time_equal(owner, h) || known;
+    if (!known) throw ProtocolError("unauthorized", "the API key is wrong");
   }
   kv_id = field("kv_id", json::value_t::string, json()).get<std::string>();
+  kept_id = owned_kv_id(kv_id, owner);
   const std::string dtype = field("dtype", json::value_t::string, "f32").get<std::string>();
   if (dtype != "f32" && dtype != "bf16")
     throw ProtocolError("bad_dtype", str_cat("dtype '", dtype, "' is not served; ask for f32 or bf16"));
   o.dtype = dtype == "f32" ? DType::F32 : DType::BF16;
   o.window_trim = field("window_trim", json::value_t::boolean, true).get<bool>();
-  std::shared_ptr<const engine::KeptKv> kept = lookup_(kv_id);
+  std::shared_ptr<const engine::KeptKv> kept = lookup_(kept_id);  // another key's shard: unknown, alike
   if (!kept)
     throw ProtocolError("unknown_kv", str_cat("rank ", shard_.rank, " keeps no KV under id '", kv_id,
                                               "' (never made, already pulled and acked, released, or its lease expired)"));
   return kept;
 }
 
-int64_t KvService::send_shard(Connection& c, const std::string& kv_id, const engine::KeptKv& kept, const SendOptions& o) {
+int64_t KvService::send_shard(Connection& c, const std::string& kv_id, const std::string& kept_id,
+                              const engine::KeptKv& kept, const SendOptions& o) {
   const json manifest = make_manifest(shard_, kv_id, kept, o);
   c.write_json(FrameType::Manifest, manifest);
   const ops::SequenceShard& shard = kept.shards[0];
@@ -307,7 +311,7 @@ int64_t KvService::send_shard(Connection& c, const std::string& kv_id, const eng
   c.set_timeout(opt_.ack_timeout_s);
   const json ack = c.expect_json(FrameType::Ack);
   c.set_timeout(opt_.io_timeout_s);
-  release_(kv_id);
+  release_(kept_id);
   ++transfers_acked_;
   c.write_json(FrameType::Ack, {{"released", true}, {"rank", shard_.rank}, {"kv_id", kv_id}});
   (void)ack;
@@ -315,24 +319,27 @@ int64_t KvService::send_shard(Connection& c, const std::string& kv_id, const eng
 }
 
 void KvService::pull(Connection& c, const json& hello) {
-  std::string kv_id;
+  std::string kv_id, kept_id;
   SendOptions o;
-  const std::shared_ptr<const engine::KeptKv> kept = find(hello, "hello", kv_id, o);  // held until the end
-  send_shard(c, kv_id, *kept, o);
+  const std::shared_ptr<const engine::KeptKv> kept = find(hello, "hello", kv_id, kept_id, o);  // held until the end
+  send_shard(c, kv_id, kept_id, *kept, o);
 }
 
 void KvService::push(Connection& c, const json& request) {
-  std::string kv_id;
+  std::string kv_id, kept_id;
   SendOptions o;
-  const std::shared_ptr<const engine::KeptKv> kept = find(request, "push request", kv_id, o);
+  const std::shared_ptr<const engine::KeptKv> kept = find(request, "push request", kv_id, kept_id, o);
   if (!request.contains("target") || !request["target"].is_string())
     throw ProtocolError("bad_frame", "the push request has no \"target\" (\"host:port\" of the receiver)");
   const std::string target = request["target"].get<std::string>();
   const auto [host, port] = parse_endpoint(target);
   int64_t sent = 0;
   try {
-    Connection out(connect_tcp(host, port, opt_.io_timeout_s), opt_.io_timeout_s);
-    sent = send_shard(out, kv_id, *kept, o);
+    std::function<bool(const sockaddr*)> allowed;  // a listed name is allowed whatever it resolves to
+    if (!opt_.push_allow.empty() && !opt_.push_allow.names(host))
+      allowed = [this](const sockaddr* a) { return opt_.push_allow.allows(a); };
+    Connection out(connect_tcp(host, port, opt_.io_timeout_s, allowed), opt_.io_timeout_s);
+    sent = send_shard(out, kv_id, kept_id, *kept, o);
   } catch (const ProtocolError&) {
     throw;
   } catch (const Error& e) {

@@ -18,6 +18,7 @@
 
 #include "slope/core/dtype.h"
 #include "slope/engine/engine.h"
+#include "slope/kvx/address_list.h"
 #include "slope/kvx/protocol.h"
 
 namespace slope::kvx {
@@ -36,11 +37,20 @@ ShardDescription describe_shard(const engine::PrefillEngine& engine, const std::
 struct ServiceOptions {
   std::string host = "127.0.0.1";  // where to listen; "0.0.0.0" for every interface
   int port = 0;                    // 0: any free port
-  std::string api_key;             // non-empty: every hello and push must carry it
+  // SHA-256 (hex) of the API keys clients may send. Non-empty: every hello and push must carry
+  // one of the keys ("api_key"), and the shard it names is looked up as owned_kv_id(kv_id,
+  // sha256_hex(key)): a shard kept for one key is unknown to every other.
+  std::vector<std::string> key_hashes;
   double io_timeout_s = 30;        // longest wait for one read or write of a peer
   double ack_timeout_s = 120;      // longest wait for the client's ack after the last tensor
   int max_connections = 64;        // more at once are refused with an error frame
+  AddressList push_allow;          // non-empty: the only hosts a push may dial (address_list.h)
 };
+
+// The id a rank keeps a shard under: the client's kv_id, and the digest of the API key that made
+// it (empty: no keys). The digest is fixed-length and last, so no kv_id a client sends with its
+// own key can name a shard kept for another key.
+std::string owned_kv_id(const std::string& kv_id, const std::string& owner_hash);
 
 // Looks a kept shard up (nullptr: unknown, released or expired) and releases it (this rank).
 using ShardLookup = std::function<std::shared_ptr<const engine::KeptKv>(const std::string& kv_id)>;
@@ -73,9 +83,11 @@ class KvService {
   void pull(Connection& c, const nlohmann::json& hello);
   void push(Connection& c, const nlohmann::json& request);
   // Manifest, tensors, then the peer's ack and the release. Returns the tensor bytes sent.
-  int64_t send_shard(Connection& c, const std::string& kv_id, const engine::KeptKv& kept, const SendOptions& o);
+  int64_t send_shard(Connection& c, const std::string& kv_id, const std::string& kept_id, const engine::KeptKv& kept,
+                     const SendOptions& o);
+  // The shard a hello or push names; kv_id is the client's, kept_id the rank's (owned_kv_id).
   std::shared_ptr<const engine::KeptKv> find(const nlohmann::json& request, const char* what, std::string& kv_id,
-                                             SendOptions& o) const;
+                                             std::string& kept_id, SendOptions& o) const;
 
   struct Worker {
     std::thread thread;

@@ -44,10 +44,23 @@ bool boolean(const json& v, const std::string& name) {
 }
 
 std::vector<int32_t> prompt_of(const json& p, const ApiLimits& lim) {
+  auto check_length = [&](int64_t n) {
+    if (n > lim.max_position)
+      bad_request("prompt", "context_length_exceeded", str_cat("the prompt is ", n, " tokens, more than the model's ",
+                                                               "max_position_embeddings (", lim.max_position, "); shorten it"));
+    if (n > lim.max_prompt_tokens)
+      bad_request("prompt", "context_length_exceeded",
+                  str_cat("the prompt is ", n, " tokens, more than any instance can hold in memory (", lim.max_prompt_tokens,
+                          " tokens); shorten it, or start the server with a larger instance"));
+  };
   std::vector<int32_t> ids;
   const json* text = p.is_string() ? &p : nullptr;
   if (p.is_array() && p.size() == 1 && p[0].is_string()) text = &p[0];
   if (text) {
+    if (lim.max_prompt_bytes > 0 && text->get_ref<const std::string&>().size() > lim.max_prompt_bytes)
+      bad_request("prompt", "prompt_too_large",
+                  str_cat("the text prompt is ", text->get_ref<const std::string&>().size(), " bytes, over the limit of ",
+                          lim.max_prompt_bytes, " (--max-prompt-bytes); shorten it, or start the server with a larger limit"));
     if (!lim.tokenizer)
       bad_request("prompt", "tokenizer_missing",
                   "this model has no tokenizer.json, so 'prompt' must be a list of token ids, not text");
@@ -59,6 +72,7 @@ std::vector<int32_t> prompt_of(const json& p, const ApiLimits& lim) {
   } else if (p.is_array()) {
     if (!p.empty() && (p[0].is_array() || p[0].is_string()))
       bad_request("prompt", "invalid_prompt", str_cat("'prompt' holds ", p.size(), " prompts; send one prompt per request"));
+    check_length(int64_t(p.size()));  // before converting any id
     for (size_t i = 0; i < p.size(); ++i) {
       if (!p[i].is_number_integer())
         bad_request("prompt", "invalid_type", str_cat("'prompt'[", i, "] must be a token id (an integer), got ", kind(p[i])));
@@ -72,14 +86,7 @@ std::vector<int32_t> prompt_of(const json& p, const ApiLimits& lim) {
     bad_request("prompt", "invalid_type", str_cat("'prompt' must be a list of token ids or a string, got ", kind(p)));
   }
   if (ids.empty()) bad_request("prompt", "empty_prompt", "'prompt' is empty; send at least one token");
-  const int64_t n = int64_t(ids.size());
-  if (n > lim.max_position)
-    bad_request("prompt", "context_length_exceeded", str_cat("the prompt is ", n, " tokens, more than the model's ",
-                                                             "max_position_embeddings (", lim.max_position, "); shorten it"));
-  if (n > lim.max_prompt_tokens)
-    bad_request("prompt", "context_length_exceeded",
-                str_cat("the prompt is ", n, " tokens, more than any instance can hold in memory (", lim.max_prompt_tokens,
-                        " tokens); shorten it, or start the server with a larger instance"));
+  check_length(int64_t(ids.size()));
   return ids;
 }
 
@@ -94,7 +101,28 @@ json error_body(const std::string& message, const std::string& type, const std::
                      {"code", code.empty() ? json() : json(code)}}}};
 }
 
+void check_json_depth(const std::string& body) {
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth)
+        bad_request("", "too_deep", str_cat("the body nests JSON more than ", kMaxJsonDepth, " levels deep (a fixed limit: ",
+                                            "no field of this API needs more than 3)"));
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+}
+
 ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLimits& lim) {
+  check_json_depth(body);
   json j;
   try {
     j = json::parse(body);

@@ -35,6 +35,7 @@ struct ApiLimits {
   int64_t vocab_size = 0;
   int64_t max_position = 0;         // the model's max_position_embeddings
   int64_t max_prompt_tokens = 0;    // the longest prompt some instance can run (memory)
+  size_t max_prompt_bytes = 0;      // a text prompt's bytes, before the tokenizer (--max-prompt-bytes; 0: none)
   double default_slo_ms = 0;
   double max_kv_lease_s = 0;
   double default_kv_lease_s = 0;
@@ -54,6 +55,13 @@ struct ApiRequest {
   double kv_lease_s = 0;       // /v1/prefill
   std::string kv_dtype = "f32";  // /v1/prefill: the KV pull's default dtype (the handle's "dtype")
 };
+
+// The deepest JSON nesting a body may have. nlohmann::json parses and frees deep nesting without
+// recursion, but each level costs ~170 bytes of memory per byte of body: a body of brackets
+// within --max-body-bytes would take gigabytes. No field of this API nests more than 3 deep.
+inline constexpr int kMaxJsonDepth = 16;
+// Throws ApiError (400) when `body` nests JSON deeper than kMaxJsonDepth (a scan, before parsing).
+void check_json_depth(const std::string& body);
 
 // Throws ApiError (400, or 404 for an unknown model) naming the field and the problem.
 ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLimits& limits);

@@ -63,6 +63,12 @@ std::vector<std::string> InstanceProcess::command() const {
     argv.push_back("--kv-key-file");
     argv.push_back(opt_.kv_key_file);
   }
+  if (!opt_.kv_push_allow.empty()) {
+    std::string list;
+    for (const std::string& e : opt_.kv_push_allow) list += (list.empty() ? "" : ",") + e;
+    argv.push_back("--kv-push-allow");
+    argv.push_back(list);
+  }
   return argv;
 }
 

@@ -27,9 +27,10 @@ struct LaunchOptions {
   int64_t max_memory = 0;
   // Each rank's KV transfer service (docs/kv-format.md): where it listens, rank r on
   // kv_port_base + r when kv_port_base > 0 (else any free port), and the file holding the API
-  // key clients must send (empty: none).
+  // keys' digests clients must send one of (empty: none), and the hosts a push may dial.
   std::string kv_host = "127.0.0.1", kv_key_file;
   int kv_port_base = 0;
+  std::vector<std::string> kv_push_allow;  // empty: any (see kvx/address_list.h)
 };
 
 // The instance failed (its job died, its socket closed, or it said the mesh is broken).

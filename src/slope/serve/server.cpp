@@ -18,11 +18,13 @@
 #include <thread>
 
 #include "slope/core/error.h"
+#include "slope/core/sha256.h"
 #include "slope/core/sys.h"
 #include "slope/kvx/protocol.h"
 #include "slope/model/config.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/serve/api.h"
+#include "slope/serve/http_gate.h"
 #include "slope/serve/mesh_spec.h"
 #include "slope/serve/metrics.h"
 #include "slope/serve/scheduler.h"
@@ -118,6 +120,7 @@ struct Pending {
   json result;         // the instance's result for this prompt
   json engine_timings;
   std::string kv_id;
+  std::string owner;   // the digest of the client's API key: the KV lease is its alone
   double kv_expiry_wall_s = 0;
   int64_t kv_bytes = 0;
   json kv_layout;      // the instance's ranks' shard layout, copied by its dispatch thread
@@ -130,7 +133,23 @@ struct Lease {
   int64_t bytes = 0;    // the KV kept on the instance's ranks
   std::string dtype;    // the pull's default (the request's kv_dtype)
   json layout;          // the instance's ranks and their KV endpoints when the KV was made
+  std::string owner;    // the digest of the API key that made it ("" without keys)
 };
+
+struct Release {  // a KV lease to drop on its instance's ranks
+  std::string kv_id, owner;
+};
+
+// The key of 'Authorization: Bearer KEY' ("" when absent).
+std::string bearer_key(const httplib::Request& req) {
+  const std::string h = req.get_header_value("Authorization");
+  return h.rfind("Bearer ", 0) == 0 ? h.substr(7) : "";
+}
+
+json kv_not_found(const std::string& id) {  // an unknown id and another key's id get this alike
+  return error_body(str_cat("no KV is kept under id '", id, "' (released, expired, or its instance restarted)"),
+                    "invalid_request_error", "id", "kv_not_found");
+}
 
 class Server {
  public:
@@ -146,6 +165,9 @@ class Server {
   void finish(const std::shared_ptr<Pending>& p, int status, const json& error);
   void push_kv(const httplib::Request& req, httplib::Response& res);
   json health();
+  // The digest of the request's API key: "" without keys; the pre-routing handler has checked it.
+  std::string owner_of(const httplib::Request& req) const;
+  bool lease_of(const std::string& id, const httplib::Request& req, Lease& lease);  // with mu_ held
   std::string token_text(int32_t id) const;
 
   ServeOptions opt_;
@@ -158,10 +180,12 @@ class Server {
   std::unique_ptr<Scheduler> sched_;
   std::map<uint64_t, std::shared_ptr<Pending>> pending_;
   std::map<std::string, Lease> leases_;
-  std::vector<std::vector<std::string>> releases_;  // per instance: KV ids to release
+  std::vector<std::vector<Release>> releases_;  // per instance: KV leases to release
   Metrics metrics_;
   bool draining_ = false, stopping_ = false;
   uint64_t next_id_ = 1;
+  std::vector<std::string> key_hashes_;  // SHA-256 of opt_.api_keys
+  int port_ = 0;                         // the HTTP port, once bound
   httplib::Server http_;
 };
 
@@ -171,6 +195,11 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
   SLOPE_CHECK(o.kv_lease_s > 0 && o.kv_lease_s <= o.max_kv_lease_s, "--kv-lease-s must be in (0, ", o.max_kv_lease_s,
               "], got ", o.kv_lease_s);
   SLOPE_CHECK(o.http_threads >= 1, "--http-threads must be at least 1");
+  SLOPE_CHECK(o.http_read_timeout_s > 0, "--http-read-timeout-s must be positive, got ", o.http_read_timeout_s);
+  for (const std::string& k : o.api_keys) {
+    SLOPE_CHECK(!k.empty(), "an API key is empty; give keys of at least one character");
+    key_hashes_.push_back(sha256_hex(k));
+  }
   const Policy policy = parse_policy(o.scheduler);
   cfg_ = model::load_config(o.model_dir);
   const std::string tok_path = (std::filesystem::path(o.model_dir) / "tokenizer.json").string();
@@ -213,6 +242,7 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
   limits_.vocab_size = cfg_.vocab_size;
   limits_.max_position = cfg_.max_position_embeddings;
   limits_.max_prompt_tokens = longest;
+  limits_.max_prompt_bytes = o.max_prompt_bytes;
   limits_.default_slo_ms = o.slo_ms;
   limits_.default_kv_lease_s = o.kv_lease_s;
   limits_.max_kv_lease_s = o.max_kv_lease_s;
@@ -253,13 +283,34 @@ json Server::health() {
           {"instances", list}};
 }
 
+std::string Server::owner_of(const httplib::Request& req) const {
+  return key_hashes_.empty() ? "" : sha256_hex(bearer_key(req));
+}
+
+bool Server::lease_of(const std::string& id, const httplib::Request& req, Lease& lease) {
+  auto it = leases_.find(id);
+  if (it == leases_.end() || !constant_time_equal(it->second.owner, owner_of(req))) return false;
+  lease = it->second;
+  return true;
+}
+
 void Server::routes() {
   http_.set_payload_max_length(opt_.max_body_bytes);
-  const int threads = opt_.http_threads;
-  http_.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+  http_.new_task_queue = [this] {  // slow clients wait in the gate, not on a worker (http_gate.h)
+    GateOptions g;
+    g.port = port_;
+    g.threads = opt_.http_threads;
+    g.read_timeout_s = opt_.http_read_timeout_s;
+    g.max_header_bytes = opt_.max_header_bytes;
+    return new RequestGate(g);
+  };
+  http_.set_post_routing_handler([](const httplib::Request&, httplib::Response&) { RequestGate::arm(); });
+  // Every path, known or not, needs a key when there are keys (a 404 would tell which exist).
   http_.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (opt_.api_key.empty() || req.get_header_value("Authorization") == "Bearer " + opt_.api_key)
-      return httplib::Server::HandlerResponse::Unhandled;
+    bool known = key_hashes_.empty();
+    const std::string digest = owner_of(req);
+    for (const std::string& h : key_hashes_) known = constant_time_equal(digest, h) || known;  // each compared in full
+    if (known) return httplib::Server::HandlerResponse::Unhandled;
     res.status = 401;
     res.set_content(error_body(req.has_header("Authorization") ? "the API key is wrong"
                                                                : "this server needs an API key: send 'Authorization: Bearer KEY'",
@@ -272,7 +323,12 @@ void Server::routes() {
     std::string message = str_cat("HTTP ", res.status);
     std::string code;
     if (res.status == 413)
-      message = str_cat("the body is over the limit of ", opt_.max_body_bytes, " bytes"), code = "body_too_large";
+      message = str_cat("the body is over the limit of ", opt_.max_body_bytes, " bytes; send less, or start the server ",
+                        "with a larger --max-body-bytes"),
+      code = "body_too_large";
+    else if (res.status == 414)
+      message = "the request line is over 8192 bytes (cpp-httplib's fixed limit); no path of this API needs as much",
+      code = "uri_too_long";
     else if (res.status == 404)
       message = str_cat("no endpoint ", req.method, " ", req.path, "; see GET /v1/models, POST /v1/completions, ",
                         "POST /v1/prefill, DELETE /v1/kv/{id}, POST /v1/kv/{id}/push, GET /health, GET /metrics"),
@@ -281,39 +337,44 @@ void Server::routes() {
       message = "malformed HTTP request", code = "bad_request";
     res.set_content(error_body(message, "invalid_request_error", "", code).dump(), "application/json");
   });
-  http_.Post("/v1/completions", [this](const httplib::Request& q, httplib::Response& r) { completion(q, r, Endpoint::Completions); });
-  http_.Post("/v1/prefill", [this](const httplib::Request& q, httplib::Response& r) { completion(q, r, Endpoint::Prefill); });
-  http_.Delete(R"(/v1/kv/([^/]+))", [this](const httplib::Request& req, httplib::Response& res) {
+  // Each handler starts once its request has arrived whole: from then on it may take its time.
+  auto arrived = [](auto handler) {
+    return [handler](const httplib::Request& q, httplib::Response& r) {
+      RequestGate::disarm();
+      handler(q, r);
+    };
+  };
+  http_.Post("/v1/completions", arrived([this](const httplib::Request& q, httplib::Response& r) { completion(q, r, Endpoint::Completions); }));
+  http_.Post("/v1/prefill", arrived([this](const httplib::Request& q, httplib::Response& r) { completion(q, r, Endpoint::Prefill); }));
+  http_.Delete(R"(/v1/kv/([^/]+))", arrived([this](const httplib::Request& req, httplib::Response& res) {
     const std::string id = req.matches[1];
     std::lock_guard lk(mu_);
-    auto it = leases_.find(id);
-    if (it == leases_.end()) {
+    Lease lease;
+    if (!lease_of(id, req, lease)) {  // another key's lease is as unknown as a made-up id
       res.status = 404;
-      res.set_content(error_body(str_cat("no KV is kept under id '", id, "' (released, expired, or its instance restarted)"),
-                                 "invalid_request_error", "id", "kv_not_found").dump(),
-                      "application/json");
+      res.set_content(kv_not_found(id).dump(-1, ' ', false, json::error_handler_t::replace), "application/json");
     } else {
-      releases_[size_t(it->second.instance)].push_back(id);
-      leases_.erase(it);
+      releases_[size_t(lease.instance)].push_back({id, lease.owner});
+      leases_.erase(id);
       work_cv_.notify_all();
       res.status = 200;  // httplib sets it only after the handler: the metric needs it now
       res.set_content(json{{"id", id}, {"object", "kv"}, {"deleted", true}}.dump(), "application/json");
     }
     metrics_.request("kv_delete", res.status);
-  });
-  http_.Post(R"(/v1/kv/([^/]+)/push)", [this](const httplib::Request& req, httplib::Response& res) { push_kv(req, res); });
-  http_.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
+  }));
+  http_.Post(R"(/v1/kv/([^/]+)/push)", arrived([this](const httplib::Request& req, httplib::Response& res) { push_kv(req, res); }));
+  http_.Get("/health", arrived([this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lk(mu_);
     const json h = health();
     res.status = h["status"] == "unavailable" || h["status"] == "draining" ? 503 : 200;
     res.set_content(h.dump(), "application/json");
-  });
-  http_.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  }));
+  http_.Get("/v1/models", arrived([this](const httplib::Request&, httplib::Response& res) {
     json m = {{"id", limits_.model_name}, {"object", "model"}, {"created", 0}, {"owned_by", "slope"},
               {"max_model_len", limits_.max_prompt_tokens}};
     res.set_content(json{{"object", "list"}, {"data", json::array({m})}}.dump(), "application/json");
-  });
-  http_.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  }));
+  http_.Get("/metrics", arrived([this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard lk(mu_);
     for (size_t i = 0; i < inst_.size(); ++i) {
       metrics_.instances()[i].queue_depth = sched_->queue_depth(int(i));
@@ -324,7 +385,7 @@ void Server::routes() {
     for (const auto& [id, lease] : leases_) kv_bytes += lease.bytes;
     metrics_.leases(leases_.size(), kv_bytes);
     res.set_content(metrics_.render(now_seconds()), "text/plain; version=0.0.4");
-  });
+  }));
 }
 
 // POST /v1/kv/{id}/push {"targets": [{"rank": r, "endpoint": "host:port"}...], "dtype", "window_trim"}:
@@ -344,19 +405,20 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
     answer(400, error_body(message, "invalid_request_error", param, "invalid_value"));
   };
   Lease lease;
+  bool found;
   {
     std::lock_guard lk(mu_);
-    auto it = leases_.find(id);
-    if (it == leases_.end())
-      return answer(404, error_body(str_cat("no KV is kept under id '", id, "' (released, expired, or its instance restarted)"),
-                                    "invalid_request_error", "id", "kv_not_found"));
-    lease = it->second;
+    found = lease_of(id, req, lease);
   }
+  if (!found) return answer(404, kv_not_found(id));  // answer() takes mu_ itself
   json body;
   try {
+    check_json_depth(req.body);
     body = json::parse(req.body);
   } catch (const json::exception& e) {
     return refuse("", str_cat("the body is not valid JSON: ", e.what()));
+  } catch (const ApiError& e) {
+    return refuse("", e.what());
   }
   if (!body.is_object() || !body.contains("targets") || !body["targets"].is_array() || body["targets"].empty())
     return refuse("targets", "the body must be {\"targets\": [{\"rank\": R, \"endpoint\": \"host:port\"}, ...]}");
@@ -389,6 +451,7 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
     }
     targets.push_back({r, lease.layout[size_t(r)].value("endpoint", ""), t["endpoint"].get<std::string>()});
   }
+  const std::string client_key = bearer_key(req);
   std::vector<json> results(targets.size());
   std::vector<std::thread> threads;
   for (size_t j = 0; j < targets.size(); ++j)
@@ -398,7 +461,7 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
         const auto [host, port] = kvx::parse_endpoint(t.service);
         kvx::Connection c(kvx::connect_tcp(host, port, 10), 600);  // the push itself may take long
         json q = {{"kv_id", id}, {"target", t.target}, {"dtype", dtype}, {"window_trim", trim}};
-        if (!opt_.api_key.empty()) q["api_key"] = opt_.api_key;
+        if (!key_hashes_.empty()) q["api_key"] = client_key;  // the rank checks the lease is this key's too
         c.write_json(kvx::FrameType::Push, q);
         const json done = c.expect_json(kvx::FrameType::Done);
         results[j] = {{"rank", t.rank}, {"endpoint", t.target}, {"bytes", done.value("bytes", int64_t(0))}};
@@ -407,6 +470,12 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
       }
     });
   for (std::thread& t : threads) t.join();
+  for (const json& r : results)
+    if (r.contains("error") && r["error"].get<std::string>().find("[not_allowed]") != std::string::npos)
+      return answer(403, error_body(str_cat("rank ", r["rank"].get<int>(), " may not push its KV to ",
+                                            r["endpoint"].get<std::string>(), ": ", r["error"].get<std::string>(),
+                                            "; the server's --kv-push-allow lists the hosts it may"),
+                                    "invalid_request_error", "targets", "push_not_allowed"));
   for (const json& r : results)
     if (r.contains("error"))
       return answer(502, error_body(str_cat("rank ", r["rank"].get<int>(), " could not push its KV to ",
@@ -432,6 +501,7 @@ void Server::completion(const httplib::Request& http_req, httplib::Response& res
     return answer(e.status, error_body(e.what(), e.type, e.param, e.code));
   }
   p->endpoint = ep;
+  p->owner = owner_of(http_req);
   {
     std::lock_guard lk(mu_);
     if (draining_) {
@@ -560,14 +630,14 @@ void Server::dispatch(int i) {
   InstanceProcess& in = *inst_[size_t(i)];
   for (;;) {
     std::optional<Pass> pass;
-    std::vector<std::string> releases;
+    std::vector<Release> releases;
     {
       std::unique_lock lk(mu_);
       if (stopping_) return;
       const double now = now_seconds();
       for (auto it = leases_.begin(); it != leases_.end();) {  // expired leases of this instance
         if (it->second.instance == i && it->second.expiry_s <= now) {
-          releases_[size_t(i)].push_back(it->first);
+          releases_[size_t(i)].push_back({it->first, it->second.owner});
           it = leases_.erase(it);
         } else {
           ++it;
@@ -592,10 +662,10 @@ void Server::dispatch(int i) {
         }
     }
     try {
-      for (const std::string& id : releases) {
-        const json reply = in.call({{"op", "release"}, {"kv_id", id}});
+      for (const Release& r : releases) {
+        const json reply = in.call({{"op", "release"}, {"kv_id", r.kv_id}, {"kv_owner", r.owner}});
         if (!reply.value("ok", false))
-          std::cerr << "slope serve: releasing KV " << id << " on " << in.name() << ": " << reply.value("error", "") << "\n";
+          std::cerr << "slope serve: releasing KV " << r.kv_id << " on " << in.name() << ": " << reply.value("error", "") << "\n";
       }
       if (pass) run_pass(i, *pass);
     } catch (const InstanceFailure& e) {
@@ -640,7 +710,10 @@ void Server::run_pass(int i, const Pass& pass) {
       logits = logits || p->req.return_logits;
     }
     json request = {{"op", "prefill"}, {"prompts", prompts}, {"top_k", top_k}, {"logits", logits}};
-    if (!group[0]->kv_id.empty()) request["kv_id"] = group[0]->kv_id;
+    if (!group[0]->kv_id.empty()) {
+      request["kv_id"] = group[0]->kv_id;
+      request["kv_owner"] = group[0]->owner;  // the digest, never the key: the ranks keep the shard for it
+    }
     const double g0 = now_seconds();
     const json reply = in.call(request);
     const double g1 = now_seconds();
@@ -667,7 +740,7 @@ void Server::run_pass(int i, const Pass& pass) {
         p->kv_bytes = int64_t(reply.value("kv_bytes", 0.0));
         // hello() changes only on this thread; a restarted instance's ranks have new endpoints.
         p->kv_layout = in.hello().value("layout", json::array());
-        leases_[p->kv_id] = Lease{i, now_seconds() + p->req.kv_lease_s, p->kv_bytes, p->req.kv_dtype, p->kv_layout};
+        leases_[p->kv_id] = Lease{i, now_seconds() + p->req.kv_lease_s, p->kv_bytes, p->req.kv_dtype, p->kv_layout, p->owner};
       }
       finish(p, 200, json());
       const double ttft = p->end_s - p->arrival_s;
@@ -744,6 +817,7 @@ int Server::run() {
   int port = opt_.port;
   if (port == 0) port = http_.bind_to_any_port(opt_.host);
   else if (!http_.bind_to_port(opt_.host, port)) port = -1;
+  port_ = port;
   SLOPE_CHECK(port > 0, "cannot listen on ", opt_.host, ":", opt_.port, " (in use, or not an address of this machine); ",
               "choose another --port or --host");
   std::vector<std::thread> threads;

@@ -20,10 +20,13 @@ struct ServeOptions {
   std::string profile = "profiles/cpu-zen4-2c.json";
   std::string scheduler = "slo";
   double slo_ms = 5000;                // default ttft_slo_ms
-  std::string api_key;
+  std::vector<std::string> api_keys;   // clients' keys (--api-key, --api-key-file); none: no key needed
   double kv_lease_s = 60;              // default lease of /v1/prefill
   double max_kv_lease_s = 3600;
   size_t max_body_bytes = 32u << 20;
+  size_t max_header_bytes = 64u << 10;  // the request line and headers
+  size_t max_prompt_bytes = 8u << 20;   // a text prompt, before the tokenizer
+  double http_read_timeout_s = 30;      // a request's header, then its body, must arrive within this
   int64_t batch_tokens = 1024;         // prompts up to this length may share a pass
   int http_threads = 64;
   double drain_s = 300;                // SIGTERM: at most this long for work in flight

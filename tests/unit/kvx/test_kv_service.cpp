@@ -1,14 +1,23 @@
 // The KV transfer service over real loopback TCP, against a hand-made shard: which rows each
 // layer sends (zigzag segments, window_trim), the bytes in f32 and bf16 against values computed
 // from the positions, the checksums, the release on ack, and the error frames a bad client gets.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
+
+#include <poll.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <mutex>
+#include <chrono>
 #include <set>
+#include <thread>
 
 #include "slope/core/half.h"
+#include "slope/core/sha256.h"
+#include "slope/core/sys.h"
 #include "slope/kvx/crc32.h"
 #include "slope/kvx/service.h"
 
@@ -69,11 +78,14 @@ struct Fixture {
   std::vector<std::string> released;
   std::unique_ptr<KvService> service;
 
-  explicit Fixture(const std::string& key = "") {
-    kept["a"] = make_kept();
+  // keys: the API keys the service takes; the shard "a" is kept for the first (as `slope serve`
+  // keeps a shard for the key that asked for it).
+  explicit Fixture(const std::vector<std::string>& keys = {}, double io_timeout_s = 5, int max_connections = 64) {
+    kept[owned_kv_id("a", keys.empty() ? "" : sha256_hex(keys[0]))] = make_kept();
     ServiceOptions o;
-    o.api_key = key;
-    o.io_timeout_s = 5;
+    for (const std::string& k : keys) o.key_hashes.push_back(sha256_hex(k));
+    o.io_timeout_s = io_timeout_s;
+    o.max_connections = max_connections;
     service = std::make_unique<KvService>(
         description(), o,
         [this](const std::string& id) -> std::shared_ptr<const engine::KeptKv> {
@@ -193,7 +205,7 @@ TEST(KvService, AClientThatFindsABadChecksumLeavesTheShard) {
 }
 
 TEST(KvService, RefusesBadClientsAndKeepsServing) {
-  Fixture f("secret");
+  Fixture f({"secret"});
   {
     auto c = f.dial();
     c->write_json(FrameType::Hello, {{"kv_id", "a"}});
@@ -235,7 +247,131 @@ TEST(KvService, RefusesBadClientsAndKeepsServing) {
   EXPECT_EQ(c->expect_json(FrameType::Manifest)["kv_id"], "a");
   c.reset();  // left before the ack: nothing released
   EXPECT_TRUE(f.released.empty());
-  EXPECT_EQ(f.kept.count("a"), 1u);
+  EXPECT_EQ(f.kept.count(owned_kv_id("a", sha256_hex("secret"))), 1u);
+}
+
+// Two clients' keys: the shard belongs to the key that made it. The other key's pull and push
+// get the answer an unknown id gets (nothing tells the id exists), and a kv_id that spells the
+// owner's digest does not reach it either; the owner's pull works and releases the owned id.
+TEST(KvService, AShardIsOnlyFoundWithTheKeyThatMadeIt) {
+  Fixture f({"alice-key", "bob-key"});
+  auto unknown = [&](FrameType type, const json& q) {
+    auto c = f.dial();
+    c->write_json(type, q);
+    const json e = error_of(*c);
+    EXPECT_EQ(e["code"], "unknown_kv") << q.dump();
+    return e["error"].get<std::string>();
+  };
+  const std::string never = unknown(FrameType::Hello, {{"kv_id", "never-made"}, {"api_key", "bob-key"}});
+  const std::string theirs = unknown(FrameType::Hello, {{"kv_id", "a"}, {"api_key", "bob-key"}});
+  EXPECT_EQ(theirs.substr(0, theirs.find('\'')), never.substr(0, never.find('\'')));  // alike, but for the id
+  unknown(FrameType::Push, {{"kv_id", "a"}, {"api_key", "bob-key"}, {"target", "127.0.0.1:1"}});
+  unknown(FrameType::Hello, {{"kv_id", "a/" + sha256_hex("alice-key")}, {"api_key", "bob-key"}});
+  {
+    auto c = f.dial();
+    c->write_json(FrameType::Hello, {{"kv_id", "a"}, {"api_key", "carol-key"}});
+    EXPECT_EQ(error_of(*c)["code"], "unauthorized");
+  }
+  EXPECT_TRUE(f.released.empty());
+  auto c = f.dial();
+  c->write_json(FrameType::Hello, {{"kv_id", "a"}, {"api_key", "alice-key"}});
+  EXPECT_EQ(c->expect_json(FrameType::Manifest)["kv_id"], "a");  // the client's id, not the rank's
+  for (int t = 0; t < 4; ++t) {
+    const auto [type, length] = c->read_header();
+    ASSERT_EQ(type, FrameType::Tensor);
+    std::vector<char> bytes(length);
+    c->read_bytes(bytes.data(), bytes.size());
+  }
+  c->write_json(FrameType::Ack, {{"ok", true}});
+  EXPECT_TRUE(c->expect_json(FrameType::Ack)["released"].get<bool>());
+  EXPECT_EQ(f.released, std::vector<std::string>{owned_kv_id("a", sha256_hex("alice-key"))});
+}
+
+// Slow clients: a hello dribbled a byte at a time is cut when its frame's deadline (the I/O
+// timeout, for the whole frame, not per byte) passes, and connections over the limit are
+// refused with "busy" at once. A normal pull works as soon as the slow ones are cut.
+TEST(KvService, SlowClientsAreCutAtTheFrameDeadline) {
+  Fixture f({}, /*io_timeout_s=*/1.0, /*max_connections=*/2);
+  const std::string hello = json{{"kv_id", "a"}}.dump();
+  std::vector<std::unique_ptr<Connection>> slow;
+  for (int i = 0; i < 2; ++i) {
+    slow.push_back(f.dial());
+    slow.back()->write_header(FrameType::Hello, hello.size());
+  }
+  {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    auto c = f.dial();  // over the limit: refused before it says anything
+    EXPECT_EQ(error_of(*c)["code"], "busy");
+  }
+  const double t0 = now_seconds();
+  bool cut = false;
+  for (size_t i = 0; i < hello.size() && !cut; ++i) {  // a byte every 0.2 s: each read would be in time
+    for (auto& s : slow) {
+      try {
+        s->write_bytes(&hello[i], 1);
+      } catch (const Error&) {
+        cut = true;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    char probe;
+    if (::recv(slow[0]->fd(), &probe, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) cut = true;  // an error frame, or closed
+  }
+  const double waited = now_seconds() - t0;
+  EXPECT_TRUE(cut) << "the slow hello was never cut";
+  EXPECT_LT(waited, 2.5) << "the slow hello held its connection for " << waited << " s (deadline 1 s)";
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the acceptor reaps the finished workers
+  pull_and_check(f, "f32", true);
+}
+
+sockaddr_storage address(const char* text) {
+  sockaddr_storage s{};
+  if (::inet_pton(AF_INET, text, &reinterpret_cast<sockaddr_in&>(s).sin_addr) == 1) s.ss_family = AF_INET;
+  else if (::inet_pton(AF_INET6, text, &reinterpret_cast<sockaddr_in6&>(s).sin6_addr) == 1) s.ss_family = AF_INET6;
+  return s;
+}
+
+TEST(AddressList, MatchesBlocksAddressesAndNames) {
+  const AddressList l({"10.1.0.0/16", "192.168.7.9", "fd00::/8", "Decode-Node.example", "172.16.0.0/12"});
+  auto allows = [&](const char* a) {
+    const sockaddr_storage s = address(a);
+    return l.allows(reinterpret_cast<const sockaddr*>(&s));
+  };
+  EXPECT_TRUE(allows("10.1.2.3"));
+  EXPECT_TRUE(allows("10.1.255.255"));
+  EXPECT_FALSE(allows("10.2.0.1"));
+  EXPECT_TRUE(allows("192.168.7.9"));
+  EXPECT_FALSE(allows("192.168.7.10"));
+  EXPECT_TRUE(allows("172.31.0.1"));   // /12: 172.16 to 172.31
+  EXPECT_FALSE(allows("172.32.0.1"));
+  EXPECT_TRUE(allows("fd12::1"));
+  EXPECT_FALSE(allows("fe80::1"));
+  EXPECT_TRUE(allows("::ffff:10.1.0.7"));  // an IPv4-mapped address is its IPv4 one
+  EXPECT_FALSE(allows("::ffff:127.0.0.1"));
+  EXPECT_FALSE(allows("127.0.0.1"));
+  EXPECT_TRUE(l.names("decode-node.EXAMPLE"));
+  EXPECT_FALSE(l.names("decode-node.example.evil"));
+  EXPECT_TRUE(AddressList().empty());
+  for (const char* bad : {"10.0.0.0/33", "10.0.0.0/", "fd00::/129", "a b", "host/8", ""})
+    EXPECT_THROW(AddressList({bad}), Error) << bad;
+}
+
+// A push to a target outside the list is refused before any connection is made.
+TEST(KvService, APushOutsideTheAllowListIsRefused) {
+  Fixture f;
+  const auto [listen_fd, port] = listen_tcp("127.0.0.1", 0);
+  ServiceOptions o;
+  o.push_allow = AddressList({"10.0.0.0/8"});
+  KvService service(description(), o, [&f](const std::string& id) { return f.kept.count(id) ? f.kept[id] : nullptr; },
+                    [](const std::string&) {});
+  Connection c(connect_tcp("127.0.0.1", service.port(), 5), 5);
+  c.write_json(FrameType::Push, {{"kv_id", "a"}, {"target", str_cat("127.0.0.1:", port)}});
+  const json e = error_of(c);
+  EXPECT_EQ(e["code"], "not_allowed");
+  EXPECT_NE(e["error"].get<std::string>().find("--kv-push-allow"), std::string::npos);
+  pollfd p{listen_fd, POLLIN, 0};
+  EXPECT_EQ(::poll(&p, 1, 200), 0) << "the rank dialed the target";
+  ::close(listen_fd);
 }
 
 }  // namespace

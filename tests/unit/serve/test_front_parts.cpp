@@ -144,6 +144,31 @@ TEST(Api, RefusesEachMistakeByName) {
   EXPECT_EQ(refusal(R"({"prompt":[1],"kv_lease_s":600})", serve::Endpoint::Prefill), "accepted");
 }
 
+TEST(Api, SizeLimitsComeFirstAndNameTheirFlag) {
+  serve::ApiLimits l = limits();
+  l.max_prompt_bytes = 10;
+  auto refused = [&](const std::string& body) {
+    try {
+      serve::parse_request(body, serve::Endpoint::Completions, l);
+    } catch (const serve::ApiError& e) {
+      return std::to_string(e.status) + " " + e.code + ": " + e.what();
+    }
+    return std::string("accepted");
+  };
+  // Text over the limit is refused before the tokenizer is looked for.
+  EXPECT_HAS(refused(R"({"prompt":"01234567890"})"), "400 prompt_too_large: the text prompt is 11 bytes, over the limit of 10 (--max-prompt-bytes)");
+  EXPECT_HAS(refused(R"({"prompt":"0123456789"})"), "400 tokenizer_missing");
+  // Ids are counted before any is converted: 41 of anything is too long.
+  EXPECT_HAS(refused(R"({"prompt":)" + nlohmann::json(std::vector<bool>(41, true)).dump() + "}"),
+             "400 context_length_exceeded");
+  const std::string deep = std::string(17, '[') + std::string(17, ']');
+  EXPECT_HAS(refused(R"({"prompt":)" + deep + "}"), "400 too_deep: the body nests JSON more than 16 levels deep");
+  EXPECT_HAS(refused(R"({"prompt":)" + std::string(15, '[') + std::string(15, ']') + "}"), "send one prompt per request");
+  // Brackets in strings, escaped quotes included, are not nesting.
+  EXPECT_EQ(refused(R"({"prompt":[1],"user":"[[[[[[[[[[[[[[[[[[[[{{{{"})"), "accepted");
+  EXPECT_EQ(refused(R"({"prompt":[1],"user":"\"[[[[[[[[[[[[[[[[[[[[\\"})"), "accepted");
+}
+
 TEST(Api, ErrorBodyIsOpenAiShaped) {
   const nlohmann::json b = serve::error_body("bad", "invalid_request_error", "prompt", "empty_prompt");
   EXPECT_EQ(b, nlohmann::json::parse(
