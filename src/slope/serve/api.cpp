@@ -188,17 +188,22 @@ PushRequest parse_push_request(const std::string& body, int ranks, const std::st
     if (k != "targets" && k != "dtype" && k != "window_trim")
       refuse(k, str_cat("unknown field '", k, "'; this endpoint takes: targets, dtype, window_trim"));
   PushRequest r;
-  r.dtype = j.value("dtype", default_dtype);
+  r.dtype = default_dtype;
+  if (j.contains("dtype")) {
+    if (!j["dtype"].is_string()) refuse("dtype", str_cat("'dtype' must be \"f32\" or \"bf16\", got ", kind(j["dtype"])));
+    r.dtype = j["dtype"].get<std::string>();
+  }
   if (r.dtype != "f32" && r.dtype != "bf16") refuse("dtype", "'dtype' must be \"f32\" or \"bf16\"");
   if (j.contains("window_trim") && !j["window_trim"].is_boolean())
     refuse("window_trim", "'window_trim' must be true or false");
   r.window_trim = j.value("window_trim", true);
-  for (const json& t : j["targets"]) {
+  for (size_t i = 0; i < j["targets"].size(); ++i) {
+    const json& t = j["targets"][i];
     if (!t.is_object() || !t.contains("rank") || !t["rank"].is_number_integer() || !t.contains("endpoint") ||
         !t["endpoint"].is_string())
       refuse("targets", "each target must be {\"rank\": R, \"endpoint\": \"host:port\"}");
-    const int rank = t["rank"].get<int>();
-    if (rank < 0 || rank >= ranks) refuse("targets", str_cat("rank ", rank, " is not a rank of the instance (it has ", ranks, ")"));
+    const int64_t rank = integer(t["rank"], str_cat("targets[", i, "].rank"), 0, INT32_MAX);  // never wrapped onto a rank
+    if (rank >= ranks) refuse("targets", str_cat("rank ", rank, " is not a rank of the instance (it has ", ranks, ")"));
     for (const PushTarget& other : r.targets)
       if (other.rank == rank) refuse("targets", str_cat("rank ", rank, " is named twice"));
     try {
@@ -206,7 +211,7 @@ PushRequest parse_push_request(const std::string& body, int ranks, const std::st
     } catch (const Error& e) {
       refuse("targets", e.what());
     }
-    r.targets.push_back({rank, t["endpoint"].get<std::string>()});
+    r.targets.push_back({int(rank), t["endpoint"].get<std::string>()});
   }
   return r;
 }
