@@ -119,7 +119,7 @@ def _check_manifest(m: dict) -> None:
         need(_is_int(m.get(key), lo), f"\"{key}\" is not an integer >= {lo}")
     need(m["kv_head0"] + m["kv_heads"] <= m["num_kv_heads"],
          f"KV heads {m['kv_head0']}..{m['kv_head0'] + m['kv_heads']} are not heads of the model's {m['num_kv_heads']}")
-    need("first_token" not in m or m["first_token"] is None or _is_int(m["first_token"]),
+    need("first_token" not in m or m["first_token"] is None or _is_int(m["first_token"], -(1 << 63)),
          "\"first_token\" is not a token id")
     need(isinstance(m.get("layers"), list) and isinstance(m.get("tensors"), list), "\"layers\" or \"tensors\" is not a list")
     rows = {}
