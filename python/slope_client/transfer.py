@@ -24,6 +24,7 @@ _HEADER = struct.Struct("<4sHBBQ")  # magic, version, type, zero, payload length
 HELLO, MANIFEST, TENSOR, ACK, ERROR, PUSH, DONE = 1, 2, 3, 4, 5, 6, 7
 _NAMES = {HELLO: "hello", MANIFEST: "manifest", TENSOR: "tensor", ACK: "ack", ERROR: "error", PUSH: "push", DONE: "done"}
 _MAX_JSON = 16 << 20
+_FIRST_BUFFER = 64 << 20
 
 
 class KvTransferError(RuntimeError):
@@ -31,19 +32,28 @@ class KvTransferError(RuntimeError):
 
 
 def _recv_exact(sock: socket.socket, n: int) -> bytearray:
-    buf = bytearray(n)
-    view = memoryview(buf)
+    """n bytes; the buffer grows (doubling from 64 MiB) as they arrive, so that a length the
+    peer made up costs no more memory than the bytes it really sent."""
+    buf = bytearray(min(n, _FIRST_BUFFER))
     got = 0
-    while got < n:
-        r = sock.recv_into(view[got:], n - got)
-        if r == 0:
-            raise KvTransferError("the connection ended in the middle of a frame")
-        got += r
+    try:
+        while got < n:
+            if got == len(buf):
+                buf.extend(bytes(min(len(buf), n - len(buf))))
+            r = sock.recv_into(memoryview(buf)[got:], len(buf) - got)
+            if r == 0:
+                raise KvTransferError("the connection ended in the middle of a frame")
+            got += r
+    except OSError as e:  # a timeout (socket.timeout is an OSError), a reset
+        raise KvTransferError(f"receiving from the rank failed: {e}") from e
     return buf
 
 
 def _send_frame(sock: socket.socket, ftype: int, payload: bytes) -> None:
-    sock.sendall(_HEADER.pack(_MAGIC, PROTOCOL_VERSION, ftype, 0, len(payload)) + payload)
+    try:
+        sock.sendall(_HEADER.pack(_MAGIC, PROTOCOL_VERSION, ftype, 0, len(payload)) + payload)
+    except OSError as e:
+        raise KvTransferError(f"sending to the rank failed: {e}") from e
 
 
 def _send_json(sock: socket.socket, ftype: int, obj: dict) -> None:
@@ -61,30 +71,87 @@ def _read_header(sock: socket.socket) -> tuple[int, int]:
     return ftype, length
 
 
+def _json_payload(sock: socket.socket, ftype: int, length: int) -> dict:
+    if length > _MAX_JSON:
+        raise KvTransferError(f"the {_NAMES[ftype]} frame of {length} bytes is over the limit")
+    try:
+        body = json.loads(_recv_exact(sock, length))
+    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise KvTransferError(f"the {_NAMES[ftype]} frame is not JSON: {e}") from None
+    if not isinstance(body, dict):
+        raise KvTransferError(f"the {_NAMES[ftype]} frame must hold a JSON object")
+    return body
+
+
+def _refusal(body: dict) -> KvTransferError:
+    return KvTransferError(f"{body.get('error', '(no message)')} [{body.get('code', '')}]")
+
+
 def _read_json(sock: socket.socket, want: int) -> dict:
     ftype, length = _read_header(sock)
-    if length > _MAX_JSON:
-        raise KvTransferError(f"a {_NAMES[ftype]} frame of {length} bytes is over the limit")
-    body = json.loads(_recv_exact(sock, length))
+    body = _json_payload(sock, ftype, length)
     if ftype == ERROR:
-        raise KvTransferError(f"{body.get('error', '(no message)')} [{body.get('code', '')}]")
+        raise _refusal(body)
     if ftype != want:
         raise KvTransferError(f"expected a {_NAMES[want]} frame, got {_NAMES[ftype]}")
     return body
 
 
+def _is_int(v, lo: int = 0) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= lo
+
+
+def _check_manifest(m: dict) -> None:
+    """Every field _receive_shard and assemble use, of the type and range docs/kv-format.md gives:
+    a manifest that breaks them is a KvTransferError naming the field."""
+    def need(ok: bool, what: str):
+        if not ok:
+            raise KvTransferError(f"the manifest's {what}")
+
+    if m.get("version") != PROTOCOL_VERSION:
+        raise KvTransferError(f"manifest of protocol version {m.get('version')}")
+    need(m.get("dtype") in ("f32", "bf16"), f"dtype {m.get('dtype')!r} is not f32 or bf16")
+    for key in ("kv_id", "model", "model_hash", "architecture"):
+        need(isinstance(m.get(key), str), f"\"{key}\" is not a string")
+    need(isinstance(m.get("window_trim"), bool), "\"window_trim\" is not true or false")
+    for key, lo in (("num_tokens", 1), ("num_kv_heads", 1), ("head_dim", 1), ("num_layers", 1), ("rank", 0),
+                    ("kv_head0", 0), ("kv_heads", 1), ("bytes", 0), ("untrimmed_bytes", 0)):
+        need(_is_int(m.get(key), lo), f"\"{key}\" is not an integer >= {lo}")
+    need(m["kv_head0"] + m["kv_heads"] <= m["num_kv_heads"],
+         f"KV heads {m['kv_head0']}..{m['kv_head0'] + m['kv_heads']} are not heads of the model's {m['num_kv_heads']}")
+    need("first_token" not in m or m["first_token"] is None or _is_int(m["first_token"], -(1 << 63)),
+         "\"first_token\" is not a token id")
+    need(isinstance(m.get("layers"), list) and isinstance(m.get("tensors"), list), "\"layers\" or \"tensors\" is not a list")
+    rows = {}
+    for e in m["layers"]:
+        need(isinstance(e, dict) and _is_int(e.get("layer")) and e["layer"] < m["num_layers"] and e["layer"] not in rows,
+             f"layer entry {e!r} does not name a new layer below num_layers")
+        need(_is_int(e.get("window")), f"layer {e['layer']}'s window is not an integer >= 0")
+        need(isinstance(e.get("ranges"), list) and all(isinstance(r, list) and len(r) == 2 and _is_int(r[0]) and
+                                                       _is_int(r[1]) for r in e["ranges"]),
+             f"layer {e['layer']}'s ranges are not [start, count] pairs")
+        rows[e["layer"]] = sum(count for _, count in e["ranges"])
+    elem = 4 if m["dtype"] == "f32" else 2
+    want = [(f"layers.{layer}.{kind}", n) for layer, n in rows.items() for kind in ("k", "v")]
+    need(len(m["tensors"]) == len(want), f"{len(m['tensors'])} tensors do not match its {len(rows)} layers")
+    for entry, (name, n) in zip(m["tensors"], want):
+        need(isinstance(entry, dict) and entry.get("name") == name, f"tensor {entry!r} is not {name}")
+        shape = [n, m["kv_heads"], m["head_dim"]]
+        need(entry.get("shape") == shape, f"{name} shape {entry.get('shape')!r} is not {shape}")
+        need(entry.get("bytes") == n * m["kv_heads"] * m["head_dim"] * elem, f"{name} bytes do not match its shape")
+        need(isinstance(entry.get("crc32"), str), f"{name} crc32 is not a string")
+
+
 def _receive_shard(sock: socket.socket, verify: bool) -> tuple[dict, dict[str, np.ndarray]]:
     """The manifest and tensors a rank sends; acks once every checksum matched (else an error frame)."""
     manifest = _read_json(sock, MANIFEST)
-    if manifest.get("version") != PROTOCOL_VERSION:
-        raise KvTransferError(f"manifest of protocol version {manifest.get('version')}")
+    _check_manifest(manifest)
     dtype = manifest["dtype"]
     tensors = {}
     for entry in manifest["tensors"]:
         ftype, length = _read_header(sock)
         if ftype == ERROR:
-            body = json.loads(_recv_exact(sock, length))
-            raise KvTransferError(f"{body.get('error')} [{body.get('code')}]")
+            raise _refusal(_json_payload(sock, ftype, length))
         if ftype != TENSOR or length != entry["bytes"]:
             raise KvTransferError(f"{entry['name']}: expected a tensor frame of {entry['bytes']} bytes, "
                                   f"got {_NAMES.get(ftype)} of {length}")
@@ -94,10 +161,8 @@ def _receive_shard(sock: socket.socket, verify: bool) -> tuple[dict, dict[str, n
             raise KvTransferError(f"{entry['name']}: the checksum does not match (corrupted in transit)")
         if dtype == "f32":
             a = np.frombuffer(raw, dtype="<f4")
-        elif dtype == "bf16":
-            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         else:
-            raise KvTransferError(f"manifest dtype {dtype!r}")
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
         tensors[entry["name"]] = a.reshape(entry["shape"])
     _send_json(sock, ACK, {"ok": True})
     released = _read_json(sock, ACK)
@@ -131,9 +196,13 @@ def assemble(shards: list[tuple[dict, dict]], first_token: int | None = None) ->
             if m[key] != m0[key]:
                 raise KvTransferError(f"ranks {m0['rank']} and {m['rank']} disagree on {key}")
     windows: dict[int, int] = {}
+    sent: dict[int, int] = {}  # (position, head) pairs each layer's entries cover
     for m, _ in shards:
         for entry in m["layers"]:
-            windows[entry["layer"]] = entry["window"]
+            i = entry["layer"]
+            if windows.setdefault(i, entry["window"]) != entry["window"]:
+                raise KvTransferError(f"ranks disagree on the window of layer {i}")
+            sent[i] = sent.get(i, 0) + sum(count for _, count in entry["ranges"]) * m["kv_heads"]
     trim = m0["window_trim"]
     ks, vs, filled, firsts = {}, {}, {}, {}
     for i in range(num_layers):
@@ -141,6 +210,9 @@ def assemble(shards: list[tuple[dict, dict]], first_token: int | None = None) ->
             raise KvTransferError(f"no rank sent layer {i}")
         first = max(0, n - windows[i]) if trim and windows[i] > 0 else 0
         firsts[i] = first
+        if sent[i] != (n - first) * hkv:  # checked before the buffers are made: n is the peer's word
+            raise KvTransferError(f"layer {i}: the ranks sent {sent[i]} (position, KV head) rows, not the "
+                                  f"{(n - first) * hkv} of {n - first} positions and {hkv} heads")
         ks[i] = np.zeros((n - first, hkv, d), np.float32)
         vs[i] = np.zeros((n - first, hkv, d), np.float32)
         filled[i] = np.zeros((n - first, hkv), np.int32)

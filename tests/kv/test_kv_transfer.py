@@ -228,8 +228,13 @@ def test_cut_mid_transfer():
         conn, _ = lsock.accept()
         with conn:
             read_frame(conn)  # the hello
-            manifest = {"version": 1, "dtype": "f32", "tensors": [{"name": "layers.0.k", "shape": [4, 1, 2], "bytes": 32,
-                                                                   "crc32": "0"}]}
+            tensor = {"shape": [4, 1, 2], "bytes": 32, "crc32": "0"}  # a whole manifest: the client checks it first
+            manifest = {"version": 1, "kv_id": "kv-x", "model": "m", "model_hash": "0", "architecture": "a", "dtype": "f32",
+                        "window_trim": True, "num_tokens": 4, "first_token": 0, "rank": 0, "world_size": 1, "num_layers": 1,
+                        "first_layer": 0, "layer_count": 1, "num_kv_heads": 1, "kv_head0": 0, "kv_heads": 1, "head_dim": 2,
+                        "layers": [{"layer": 0, "window": 0, "ranges": [[0, 4]], "rows": 4}],
+                        "tensors": [{"name": "layers.0.k", **tensor}, {"name": "layers.0.v", **tensor}],
+                        "bytes": 64, "untrimmed_bytes": 64}
             conn.sendall(frame(2, json.dumps(manifest).encode()) + struct.pack("<4sHBBQ", b"SKVT", 1, 3, 0, 32) + b"\0" * 10)
 
     t = threading.Thread(target=fake_rank)

@@ -225,13 +225,15 @@ void KvService::accept_loop() {
     Worker& w = workers_.emplace_back();
     w.fd = fd;
     w.thread = std::thread([this, &w] {
-      {
-        Connection c(w.fd, opt_.io_timeout_s);
-        serve_connection(c);
-      }
+      serve_connection(w.fd);
       w.done = true;
     });
   }
+}
+
+void KvService::serve_connection(int fd) {
+  Connection c(fd, opt_.io_timeout_s);
+  serve_connection(c);
 }
 
 void KvService::serve_connection(Connection& c) {

@@ -74,6 +74,10 @@ class KvService {
   // listens on every interface.
   std::string endpoint() const;
 
+  // Serves one client connection on fd (taken: closed at the end) as the listener's threads do,
+  // on the calling thread; the fuzz target hands it one end of a socketpair.
+  void serve_connection(int fd);
+
   int64_t bytes_sent() const { return bytes_sent_.load(); }        // tensor payload, every transfer
   int64_t transfers_acked() const { return transfers_acked_.load(); }
 

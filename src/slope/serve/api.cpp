@@ -3,6 +3,7 @@
 #include <cmath>
 #include <set>
 
+#include "slope/kvx/protocol.h"
 #include "slope/text/tokenizer.h"
 
 namespace slope::serve {
@@ -196,6 +197,51 @@ ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLi
     }
   }
   r.prompt = prompt_of(j["prompt"], lim);
+  return r;
+}
+
+PushRequest parse_push_request(const std::string& body, int ranks, const std::string& default_dtype) {
+  auto refuse = [](const std::string& param, const std::string& message) {
+    bad_request(param, "invalid_value", message);
+  };
+  check_json_depth(body);
+  json j;
+  try {
+    j = json::parse(body);
+  } catch (const json::exception& e) {
+    refuse("", str_cat("the body is not valid JSON: ", e.what()));
+  }
+  if (!j.is_object() || !j.contains("targets") || !j["targets"].is_array() || j["targets"].empty())
+    refuse("targets", "the body must be {\"targets\": [{\"rank\": R, \"endpoint\": \"host:port\"}, ...]}");
+  for (const auto& [k, v] : j.items())
+    if (k != "targets" && k != "dtype" && k != "window_trim")
+      refuse(k, str_cat("unknown field '", k, "'; this endpoint takes: targets, dtype, window_trim"));
+  PushRequest r;
+  r.dtype = default_dtype;
+  if (j.contains("dtype")) {
+    if (!j["dtype"].is_string()) refuse("dtype", str_cat("'dtype' must be \"f32\" or \"bf16\", got ", kind(j["dtype"])));
+    r.dtype = j["dtype"].get<std::string>();
+  }
+  if (r.dtype != "f32" && r.dtype != "bf16") refuse("dtype", "'dtype' must be \"f32\" or \"bf16\"");
+  if (j.contains("window_trim") && !j["window_trim"].is_boolean())
+    refuse("window_trim", "'window_trim' must be true or false");
+  r.window_trim = j.value("window_trim", true);
+  for (size_t i = 0; i < j["targets"].size(); ++i) {
+    const json& t = j["targets"][i];
+    if (!t.is_object() || !t.contains("rank") || !t["rank"].is_number_integer() || !t.contains("endpoint") ||
+        !t["endpoint"].is_string())
+      refuse("targets", "each target must be {\"rank\": R, \"endpoint\": \"host:port\"}");
+    const int64_t rank = integer(t["rank"], str_cat("targets[", i, "].rank"), 0, INT32_MAX);  // never wrapped onto a rank
+    if (rank >= ranks) refuse("targets", str_cat("rank ", rank, " is not a rank of the instance (it has ", ranks, ")"));
+    for (const PushTarget& other : r.targets)
+      if (other.rank == rank) refuse("targets", str_cat("rank ", rank, " is named twice"));
+    try {
+      kvx::parse_endpoint(t["endpoint"].get<std::string>());
+    } catch (const Error& e) {
+      refuse("targets", e.what());
+    }
+    r.targets.push_back({int(rank), t["endpoint"].get<std::string>()});
+  }
   return r;
 }
 

@@ -66,4 +66,20 @@ void check_json_depth(const std::string& body);
 // Throws ApiError (400, or 404 for an unknown model) naming the field and the problem.
 ApiRequest parse_request(const std::string& body, Endpoint endpoint, const ApiLimits& limits);
 
+// POST /v1/kv/{id}/push's body: {"targets": [{"rank": r, "endpoint": "host:port"}, ...], "dtype",
+// "window_trim"}.
+struct PushTarget {
+  int rank = 0;
+  std::string endpoint;  // where that rank dials: "host:port"
+};
+struct PushRequest {
+  std::vector<PushTarget> targets;
+  std::string dtype;  // f32 or bf16
+  bool window_trim = true;
+};
+
+// `ranks`: how many ranks the lease's instance has; `default_dtype`: the lease's. Throws
+// ApiError (400) naming the field and the problem.
+PushRequest parse_push_request(const std::string& body, int ranks, const std::string& default_dtype);
+
 }  // namespace slope::serve

@@ -401,9 +401,6 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
     std::lock_guard lk(mu_);
     metrics_.request("kv_push", status);
   };
-  auto refuse = [&](const std::string& param, const std::string& message) {
-    answer(400, error_body(message, "invalid_request_error", param, "invalid_value"));
-  };
   Lease lease;
   bool found;
   {
@@ -411,46 +408,21 @@ void Server::push_kv(const httplib::Request& req, httplib::Response& res) {
     found = lease_of(id, req, lease);
   }
   if (!found) return answer(404, kv_not_found(id));  // answer() takes mu_ itself
-  json body;
+  PushRequest push;
   try {
-    check_json_depth(req.body);
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    return refuse("", str_cat("the body is not valid JSON: ", e.what()));
+    push = parse_push_request(req.body, int(lease.layout.size()), lease.dtype);
   } catch (const ApiError& e) {
-    return refuse("", e.what());
+    return answer(e.status, error_body(e.what(), e.type, e.param, e.code));
   }
-  if (!body.is_object() || !body.contains("targets") || !body["targets"].is_array() || body["targets"].empty())
-    return refuse("targets", "the body must be {\"targets\": [{\"rank\": R, \"endpoint\": \"host:port\"}, ...]}");
-  for (const auto& [k, v] : body.items())
-    if (k != "targets" && k != "dtype" && k != "window_trim")
-      return refuse(k, str_cat("unknown field '", k, "'; this endpoint takes: targets, dtype, window_trim"));
-  const std::string dtype = body.value("dtype", lease.dtype);
-  if (dtype != "f32" && dtype != "bf16") return refuse("dtype", "'dtype' must be \"f32\" or \"bf16\"");
-  if (body.contains("window_trim") && !body["window_trim"].is_boolean())
-    return refuse("window_trim", "'window_trim' must be true or false");
-  const bool trim = body.value("window_trim", true);
+  const std::string& dtype = push.dtype;
+  const bool trim = push.window_trim;
   struct Target {
     int rank;
     std::string service, target;
   };
   std::vector<Target> targets;
-  for (const json& t : body["targets"]) {
-    if (!t.is_object() || !t.contains("rank") || !t["rank"].is_number_integer() || !t.contains("endpoint") ||
-        !t["endpoint"].is_string())
-      return refuse("targets", "each target must be {\"rank\": R, \"endpoint\": \"host:port\"}");
-    const int r = t["rank"].get<int>();
-    if (r < 0 || r >= int(lease.layout.size()))
-      return refuse("targets", str_cat("rank ", r, " is not a rank of the instance (it has ", lease.layout.size(), ")"));
-    for (const Target& other : targets)
-      if (other.rank == r) return refuse("targets", str_cat("rank ", r, " is named twice"));
-    try {
-      kvx::parse_endpoint(t["endpoint"].get<std::string>());
-    } catch (const Error& e) {
-      return refuse("targets", e.what());
-    }
-    targets.push_back({r, lease.layout[size_t(r)].value("endpoint", ""), t["endpoint"].get<std::string>()});
-  }
+  for (const PushTarget& t : push.targets)
+    targets.push_back({t.rank, lease.layout[size_t(t.rank)].value("endpoint", ""), t.endpoint});
   const std::string client_key = bearer_key(req);
   std::vector<json> results(targets.size());
   std::vector<std::thread> threads;

@@ -175,3 +175,49 @@ TEST(Api, ErrorBodyIsOpenAiShaped) {
                    R"({"error":{"message":"bad","type":"invalid_request_error","param":"prompt","code":"empty_prompt"}})"));
   EXPECT_TRUE(serve::error_body("x", "server_error")["error"]["param"].is_null());
 }
+
+namespace {
+
+// The ApiError a push body gets, for a lease of two ranks.
+std::string push_refusal(const std::string& body) {
+  try {
+    serve::parse_push_request(body, 2, "f32");
+  } catch (const serve::ApiError& e) {
+    return std::to_string(e.status) + " " + e.param + ": " + e.what();
+  }
+  return "accepted";
+}
+
+}  // namespace
+
+TEST(Api, ParsesPushBodies) {
+  const serve::PushRequest p = serve::parse_push_request(
+      R"({"targets":[{"rank":1,"endpoint":"10.0.0.2:9000"},{"rank":0,"endpoint":"[::1]:7"}],"window_trim":false})", 2,
+      "bf16");
+  ASSERT_EQ(p.targets.size(), 2u);
+  EXPECT_EQ(p.targets[0].rank, 1);
+  EXPECT_EQ(p.targets[0].endpoint, "10.0.0.2:9000");
+  EXPECT_EQ(p.targets[1].rank, 0);
+  EXPECT_EQ(p.dtype, "bf16");  // the lease's
+  EXPECT_FALSE(p.window_trim);
+  EXPECT_EQ(serve::parse_push_request(R"({"targets":[{"rank":0,"endpoint":"h:1"}],"dtype":"f32"})", 2, "bf16").dtype, "f32");
+}
+
+TEST(Api, RefusesEachPushMistakeByName) {
+  EXPECT_HAS(push_refusal("[1"), "400 : the body is not valid JSON");
+  EXPECT_HAS(push_refusal(R"({"targets":[]})"), "400 targets: the body must be {\"targets\"");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0,"endpoint":"h:1"}],"x":1})"), "400 x: unknown field 'x'");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0,"endpoint":"h:1"}],"dtype":"f16"})"), "400 dtype: 'dtype' must be");
+  // Found by fuzz_http_bodies: a dtype that is not a string made nlohmann throw type_error,
+  // which escaped the handler (a 500).
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0,"endpoint":"h:1"}],"dtype":false})"),
+             "400 dtype: 'dtype' must be \"f32\" or \"bf16\", got a boolean");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0,"endpoint":"h:1"}],"window_trim":1})"), "400 window_trim:");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":2,"endpoint":"h:1"}]})"), "rank 2 is not a rank of the instance (it has 2)");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":-1,"endpoint":"h:1"}]})"), "400 targets[0].rank: 'targets[0].rank' must be in [0, ");
+  // A rank beyond int's range was cut to an int: 2^32 became rank 0 and was accepted.
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":4294967296,"endpoint":"h:1"}]})"), "400 targets[0].rank:");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0,"endpoint":"h:1"},{"rank":0,"endpoint":"h:2"}]})"), "rank 0 is named twice");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0,"endpoint":"nowhere"}]})"), "is not HOST:PORT");
+  EXPECT_HAS(push_refusal(R"({"targets":[{"rank":0}]})"), "each target must be {\"rank\": R, \"endpoint\"");
+}
