@@ -115,6 +115,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     spec.mask.window = w.window;
     spec.scale = float(c.attention_scale());
     spec.sinks = w.attn.sinks.empty() ? nullptr : w.attn.sinks.data<float>();
+    spec.compute = ctx.act_dtype == DType::BF16 ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
     runner.attend(spec, q, q_shard, k_cache, v_cache, kv_shard, attn);
   }
 

@@ -38,74 +38,13 @@
 #include <new>
 #include <vector>
 
+#include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
 
 namespace slope::kernels {
 namespace {
 
-constexpr double kLn2 = 0.69314718055994530942;
-constexpr double kLog2e = 1.44269504088896340736;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Visible key index range [lo, hi) of k/v for the query positions [p_first, p_last].
-struct KeyRange {
-  int64_t lo = 0, hi = 0;
-};
-
-KeyRange visible_keys(int64_t p_first, int64_t p_last, int64_t nk, int64_t kv_pos0,
-                      const AttentionMask& mask) {
-  int64_t lo = 0, hi = nk;
-  if (mask.window > 0) lo = std::max<int64_t>(lo, p_first - mask.window + 1 - kv_pos0);
-  if (mask.causal) hi = std::min<int64_t>(hi, p_last + 1 - kv_pos0);
-  lo = std::min(lo, nk);
-  hi = std::max<int64_t>(hi, 0);
-  return {lo, std::max(lo, hi)};
-}
-
-// Final row values from the running state (base-2 max m, denominator l, numerator already
-// divided by l by the caller): lse in natural log, and the factor that applies the sink.
-struct RowFinal {
-  float lse;
-  float out_factor;  // multiplies numerator / l
-};
-
-RowFinal finish_row(double m2, double l, const float* sinks, int64_t h) {
-  // A NaN score or value reached this row (l or m is NaN): the row is NaN, as in a reference
-  // softmax, never "no visible key".
-  if (std::isnan(l) || std::isnan(m2)) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    return {nan, nan};
-  }
-  if (!(l > 0.0)) {
-    // No visible key: out = 0; with a sink the row is all sink, lse = sink.
-    return {sinks ? sinks[h] : kNegInf, 0.0f};
-  }
-  double lse = m2 * kLn2 + std::log(l);
-  double factor = 1.0;
-  if (sinks) {
-    // LSE' = logaddexp(LSE, sink), out' = out · e^{LSE - LSE'}.
-    const double s = sinks[h];
-    const double hi = std::max(lse, s), lo = std::min(lse, s);
-    const double lse2 = std::isinf(lo) ? hi : hi + std::log1p(std::exp(lo - hi));
-    factor = std::exp(lse - lse2);
-    lse = lse2;
-  }
-  return {static_cast<float>(lse), static_cast<float>(factor / l)};
-}
-
-// flash_attention's arguments. q: [nq, Hq, D], k/v: [nk, Hkv, D], out: [nq, Hq, D], lse: [nq, Hq].
-struct Problem {
-  const float* q;
-  const float* k;
-  const float* v;
-  int64_t nq, q_pos0, nk, kv_pos0;
-  int64_t Hq, Hkv, D;
-  AttentionMask mask;
-  float scale;
-  const float* sinks;
-  float* out;
-  float* lse;
-};
+using namespace attention_detail;
 
 #if defined(__AVX512F__)
 
@@ -155,18 +94,6 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
     for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
-// Calls F<nb>::run for nb in 1..kNB (the micro-kernels need a compile-time count).
-template <template <int> class F, int N = kNB, typename... Args>
-inline void dispatch_nb(int nb, Args... args) {
-  if constexpr (N == 1) {
-    F<1>::run(args...);
-  } else {
-    if (nb >= N)
-      F<N>::run(args...);
-    else
-      dispatch_nb<F, N - 1>(nb, args...);
-  }
-}
 template <int NB>
 struct QkTile {
   static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
@@ -235,7 +162,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
 
     // S = K·Qt for this key block.
     for (int j = 0; j < nkeys; j += kNB)
-      dispatch_nb<QkTile>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
+      dispatch_nb<QkTile, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
                           st + j * kBq);
 
     // Mask if the block crosses the diagonal or the window edge. Key j (position kp) is visible
@@ -290,7 +217,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
 
     // Ot = α·Ot + Vᵀ·P.
     for (int64_t d = 0; d < D; d += kNB)
-      dispatch_nb<PvTile>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
+      dispatch_nb<PvTile, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
                           kvstride, alpha, ot + d * kBq);
   }
 
@@ -371,8 +298,10 @@ void flash_attention(const AttentionArgs& a) {
   const float scale = a.scale;
   float *out = a.out, *lse = a.lse;
   if (nq <= 0 || shape.num_q_heads <= 0 || shape.head_dim <= 0) return;
-  run(Problem{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
-              shape.head_dim, mask, scale, sinks, out, lse});
+  const Problem pb{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
+                   shape.head_dim, mask, scale, sinks, out, lse};
+  if (a.compute == ComputeType::BF16 && run_bf16(pb)) return;
+  run(pb);
 }
 
 double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,
