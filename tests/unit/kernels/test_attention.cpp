@@ -11,6 +11,7 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -18,6 +19,11 @@
 #include "slope/kernels/attention_merge.h"
 
 namespace slope::kernels {
+
+// gtest's name for a parameter (found by argument-dependent lookup, so outside the anonymous
+// namespace).
+inline void PrintTo(ComputeType ct, std::ostream* os) { *os << (ct == ComputeType::F32 ? "F32" : "BF16"); }
+
 namespace {
 
 // f32 tolerance, relative: out rows against their largest |reference| element, lse against
