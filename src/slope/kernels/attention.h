@@ -11,9 +11,12 @@
 namespace slope::kernels {
 
 // Tiles of flash_attention: query rows and keys per block. Every tile with a visible pair is
-// computed in full; the planner's cost model counts work in these tiles.
+// computed in full; the planner's cost model counts work in these tiles. Sliding windows shorter
+// than 1024 keys take blocks of kAttentionWindowBlockQ query rows, so that a block visits fewer
+// keys that none of its rows sees (W + 31 keys for a window of W instead of W + 63).
 inline constexpr int64_t kAttentionBlockQ = 64;
 inline constexpr int64_t kAttentionBlockK = 64;
+inline constexpr int64_t kAttentionWindowBlockQ = 32;
 
 struct AttentionShape {
   int64_t num_q_heads = 0;

@@ -1,6 +1,7 @@
 // CPU flash attention (see attention.h for the contract).
 //
-// Work unit: one query head h and one block of kBq = 64 query rows. The block's queries are
+// Work unit: one query head h and one block of kBq = 64 query rows (32 under a sliding window
+// shorter than 1024 keys, query_vectors() in attention_common.h). The block's queries are
 // packed transposed and pre-scaled, Qt[d][r] = q[r,h,d] · scale · log2(e), so every score is
 // already in base 2 and the softmax needs only 2^x. Keys are then streamed in blocks of kBk,
 // restricted to the index range some query of the block can see (causal and window), and for
@@ -48,16 +49,17 @@ using namespace attention_detail;
 
 #if defined(__AVX512F__)
 
-constexpr int kQV = 4;         // zmm vectors of queries per block
-constexpr int kBq = 16 * kQV;  // query rows per work unit
-constexpr int kBk = 64;        // keys per K/V block
-static_assert(kBq == kAttentionBlockQ && kBk == kAttentionBlockK, "attention.h states the tiles");
-constexpr int kNB = 6;         // keys (QK) or head dims (PV) broadcast per micro-kernel step:
-                               // kQV·kNB = 24 zmm accumulators
+// Work unit: QV zmm vectors of queries (kBq = 16·QV rows, query_vectors() chooses) against key
+// blocks of kBk; NB keys (QK) or head dims (PV) broadcast per micro-kernel step, QV·NB = 24 zmm
+// accumulators.
+constexpr int kBk = 64;
+static_assert(kBk == kAttentionBlockK, "attention.h states the tiles");
+static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
 
-// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. kQV×NB zmm accumulators.
-template <int NB>
+// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. QV×NB zmm accumulators.
+template <int NB, int QV>
 inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D, float* st) {
+  constexpr int kQV = QV, kBq = 16 * QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
@@ -74,9 +76,10 @@ inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D,
 }
 
 // ot[b][·] = α · ot[b][·] + Σ_j v[j,b] · pt[j][·] for NB head dims b; v rows vstride apart.
-template <int NB>
+template <int NB, int QV>
 inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
                     const __m512* alpha, float* ot) {
+  constexpr int kQV = QV, kBq = 16 * QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
@@ -94,21 +97,26 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
     for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
-template <int NB>
-struct QkTile {
-  static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
-    qk_tile<NB>(qt, k, ks, D, st);
-  }
-};
-template <int NB>
-struct PvTile {
-  static void run(const float* pt, int n, const float* v, int64_t vs, const __m512* a, float* ot) {
-    pv_tile<NB>(pt, n, v, vs, a, ot);
-  }
+template <int QV>
+struct Tiles {
+  template <int NB>
+  struct Qk {
+    static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
+      qk_tile<NB, QV>(qt, k, ks, D, st);
+    }
+  };
+  template <int NB>
+  struct Pv {
+    static void run(const float* pt, int n, const float* v, int64_t vs, const __m512* a,
+                    float* ot) {
+      pv_tile<NB, QV>(pt, n, v, vs, a, ot);
+    }
+  };
 };
 
-// Per-thread scratch, 64-byte aligned.
+// Per-thread scratch, 64-byte aligned, for the largest block (kBq = kAttentionBlockQ).
 struct Scratch {
+  static constexpr int64_t kBq = kAttentionBlockQ;
   explicit Scratch(int64_t D)
       : qt(alloc(D * kBq)), ot(alloc(D * kBq)), st(alloc(int64_t{kBk} * kBq)) {}
   struct Free {
@@ -124,7 +132,9 @@ struct Scratch {
 };
 
 // One (head, query block) work unit.
+template <int QV>
 void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
+  constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
@@ -162,7 +172,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
 
     // S = K·Qt for this key block.
     for (int j = 0; j < nkeys; j += kNB)
-      dispatch_nb<QkTile, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
+      dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
                           st + j * kBq);
 
     // Mask if the block crosses the diagonal or the window edge. Key j (position kp) is visible
@@ -217,7 +227,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
 
     // Ot = α·Ot + Vᵀ·P.
     for (int64_t d = 0; d < D; d += kNB)
-      dispatch_nb<PvTile, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
+      dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
                           kvstride, alpha, ot + d * kBq);
   }
 
@@ -235,7 +245,9 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
   }
 }
 
-void run(const Problem& pb) {
+template <int QV>
+void run_blocks(const Problem& pb) {
+  constexpr int kBq = 16 * QV;
   const int64_t nqb = (pb.nq + kBq - 1) / kBq;
   const int64_t tasks = nqb * pb.Hq;
 #pragma omp parallel
@@ -246,9 +258,16 @@ void run(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      attend_block(pb, t % pb.Hq, qb * kBq, s);
+      attend_block<QV>(pb, t % pb.Hq, qb * kBq, s);
     }
   }
+}
+
+void run(const Problem& pb) {
+  if (query_vectors(pb.mask) == 2)
+    run_blocks<2>(pb);
+  else
+    run_blocks<4>(pb);
 }
 
 #else  // portable fallback: one (row, head) at a time, two passes over the visible keys

@@ -1,6 +1,6 @@
 // CPU flash attention in bf16 (attention.h, compute = BF16): the f32 kernel's algorithm and
-// tiles (attention.cpp: queries in the vector lanes, keys streamed in blocks of 64 with an
-// online softmax) with QKᵀ and PV on vdpbf16ps, which multiplies pairs of bf16 and adds both
+// tiles (attention.cpp: queries in the vector lanes, 64 or 32 of them per block, keys streamed
+// in blocks of 64 with an online softmax) with QKᵀ and PV on vdpbf16ps, which multiplies pairs of bf16 and adds both
 // products to an f32 lane:
 //
 //   acc[i] += a[2i]·b[2i] + a[2i+1]·b[2i+1]
@@ -58,12 +58,12 @@ namespace {
 
 #if SLOPE_ATTENTION_BF16
 
-constexpr int kQV = 4;         // zmm vectors of queries per block
-constexpr int kBq = 16 * kQV;  // query rows per work unit
-constexpr int kBk = 64;        // keys per K/V block; even, so that blocks start on key pairs
-static_assert(kBq == kAttentionBlockQ && kBk == kAttentionBlockK && kBk % 2 == 0,
-              "attention.h states the tiles");
-constexpr int kNB = 6;  // keys (QK) or head dims (PV) broadcast per micro-kernel step
+// Work unit: QV zmm vectors of queries (kBq = 16·QV rows, query_vectors() chooses) against key
+// blocks of kBk (even, so that blocks start on key pairs); NB keys (QK) or head dims (PV)
+// broadcast per micro-kernel step, QV·NB = 24 zmm accumulators.
+constexpr int kBk = 64;
+static_assert(kBk == kAttentionBlockK && kBk % 2 == 0, "attention.h states the tiles");
+static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
 
 // 64-byte aligned, uninitialised.
 template <typename T>
@@ -134,9 +134,10 @@ inline __m512bh broadcast_pair(uint32_t pair) {
 
 // st[b][·] = Σ_d k[b,d] · q[·,d] for NB keys (unscaled); qp: [D/2][kBq] query pairs, k rows
 // (bf16) kstride apart.
-template <int NB>
+template <int NB, int QV>
 inline void qk_tile(const uint32_t* qp, const uint16_t* k, int64_t kstride, int64_t Dh,
                     float* st) {
+  constexpr int kQV = QV, kBq = 16 * QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
@@ -156,9 +157,10 @@ inline void qk_tile(const uint32_t* qp, const uint16_t* k, int64_t kstride, int6
 
 // acc[b][·] += v pair (i, b) · P pair (i, ·) for one key pair; `keep` drops the half of a V pair
 // whose key no row sees (kMask).
-template <int NB, bool kMask>
-inline void pv_pair(__m512 (&acc)[NB][kQV], const uint32_t* ppi, const uint32_t* vi,
+template <int NB, int QV, bool kMask>
+inline void pv_pair(__m512 (&acc)[NB][QV], const uint32_t* ppi, const uint32_t* vi,
                     uint32_t keep) {
+  constexpr int kQV = QV;
   __m512bh pv[kQV];
   for (int q = 0; q < kQV; ++q) pv[q] = load_pairs(ppi + 16 * q);
   for (int b = 0; b < NB; ++b) {
@@ -171,40 +173,45 @@ inline void pv_pair(__m512 (&acc)[NB][kQV], const uint32_t* ppi, const uint32_t*
 
 // ot[b][·] = α · ot[b][·] + Σ_i vp[i][b] · pp[i][·] over npairs key pairs, for NB head dims b;
 // vp rows (key pairs) D apart. keep_first / keep_last mask the first and last V pair.
-template <int NB>
+template <int NB, int QV>
 inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t D,
                     uint32_t keep_first, uint32_t keep_last, const __m512* alpha, float* ot) {
+  constexpr int kQV = QV, kBq = 16 * QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
       acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
   if (npairs == 1) {
-    pv_pair<NB, true>(acc, pp, vp, keep_first & keep_last);
+    pv_pair<NB, QV, true>(acc, pp, vp, keep_first & keep_last);
   } else if (npairs > 1) {
-    pv_pair<NB, true>(acc, pp, vp, keep_first);
-    for (int i = 1; i < npairs - 1; ++i) pv_pair<NB, false>(acc, pp + i * kBq, vp + i * D, 0);
-    pv_pair<NB, true>(acc, pp + (npairs - 1) * kBq, vp + (npairs - 1) * D, keep_last);
+    pv_pair<NB, QV, true>(acc, pp, vp, keep_first);
+    for (int i = 1; i < npairs - 1; ++i) pv_pair<NB, QV, false>(acc, pp + i * kBq, vp + i * D, 0);
+    pv_pair<NB, QV, true>(acc, pp + (npairs - 1) * kBq, vp + (npairs - 1) * D, keep_last);
   }
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
-template <int NB>
-struct QkTile {
-  static void run(const uint32_t* qp, const uint16_t* k, int64_t ks, int64_t Dh, float* st) {
-    qk_tile<NB>(qp, k, ks, Dh, st);
-  }
-};
-template <int NB>
-struct PvTile {
-  static void run(const uint32_t* pp, int n, const uint32_t* vp, int64_t D, uint32_t kf,
-                  uint32_t kl, const __m512* a, float* ot) {
-    pv_tile<NB>(pp, n, vp, D, kf, kl, a, ot);
-  }
+template <int QV>
+struct Tiles {
+  template <int NB>
+  struct Qk {
+    static void run(const uint32_t* qp, const uint16_t* k, int64_t ks, int64_t Dh, float* st) {
+      qk_tile<NB, QV>(qp, k, ks, Dh, st);
+    }
+  };
+  template <int NB>
+  struct Pv {
+    static void run(const uint32_t* pp, int n, const uint32_t* vp, int64_t D, uint32_t kf,
+                    uint32_t kl, const __m512* a, float* ot) {
+      pv_tile<NB, QV>(pp, n, vp, D, kf, kl, a, ot);
+    }
+  };
 };
 
-// Per-thread scratch.
+// Per-thread scratch, for the largest block (kBq = kAttentionBlockQ).
 struct Scratch {
+  static constexpr int64_t kBq = kAttentionBlockQ;
   explicit Scratch(int64_t D)
       : qp(alloc<uint32_t>(D / 2 * kBq)), ot(alloc<float>(D * kBq)),
         st(alloc<float>(int64_t{kBk} * kBq)), pp(alloc<uint32_t>(int64_t{kBk} / 2 * kBq)) {}
@@ -222,7 +229,9 @@ struct PackedKv {
 };
 
 // One (head, query block) work unit; see attend_block in attention.cpp for the f32 original.
+template <int QV>
 void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
+  constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D, Dh = D / 2;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
@@ -265,7 +274,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
 
     // S = K·Qᵀ for this key block, unscaled.
     for (int j = 0; j < nkeys; j += kNB)
-      dispatch_nb<QkTile, kNB>(std::min(kNB, nkeys - j), qp, kb + j * kvstride, kvstride, Dh,
+      dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * kvstride, kvstride, Dh,
                                st + j * kBq);
 
     // Mask exactly as the f32 kernel: key j (position kp) is visible to rows r_min <= r < r_max.
@@ -328,7 +337,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     const uint32_t keep_first = (j0 < range.lo) ? 0xffff0000u : 0xffffffffu;
     const uint32_t keep_last = (nkeys % 2) ? 0x0000ffffu : 0xffffffffu;
     for (int64_t d = 0; d < D; d += kNB)
-      dispatch_nb<PvTile, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs,
+      dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs,
                                vb + d, D, keep_first, keep_last, alpha, ot + d * kBq);
   }
 
@@ -351,7 +360,8 @@ void run_kernel(const Problem& pb) {
   const Buf<uint16_t> k16 = alloc<uint16_t>(pb.nk * kvstride);
   const Buf<uint32_t> vp = alloc<uint32_t>(pb.Hkv * np * D);
   const PackedKv kv{k16.get(), vp.get(), np};
-  const int64_t nqb = (pb.nq + kBq - 1) / kBq;
+  const int qv = query_vectors(pb.mask), bq = 16 * qv;
+  const int64_t nqb = (pb.nq + bq - 1) / bq;
   const int64_t tasks = nqb * pb.Hq;
 #pragma omp parallel
   {
@@ -366,7 +376,10 @@ void run_kernel(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      attend_block(pb, kv, t % pb.Hq, qb * kBq, s);
+      if (qv == 2)
+        attend_block<2>(pb, kv, t % pb.Hq, qb * bq, s);
+      else
+        attend_block<4>(pb, kv, t % pb.Hq, qb * bq, s);
     }
   }
 }

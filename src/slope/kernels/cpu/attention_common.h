@@ -76,6 +76,16 @@ struct Problem {
   float* lse;
 };
 
+// Query vectors (16 rows each) per work unit. A block of B query rows under a window of W keys
+// visits W + B - 1 keys for the W each row sees: 191 for 128 at B = 64, 159 at B = 32. Windows
+// shorter than 1024 keys take 32-row blocks (kAttentionWindowBlockQ); everything else 64
+// (kAttentionBlockQ), whose micro-kernels reuse each broadcast K or V value over more rows.
+constexpr int kMaxQueryVectors = 4;
+static_assert(16 * 2 == kAttentionWindowBlockQ, "attention.h states the tiles");
+inline int query_vectors(const AttentionMask& mask) {
+  return mask.window > 0 && mask.window < 1024 ? 2 : kMaxQueryVectors;
+}
+
 // Calls F<nb>::run for nb in 1..N (the micro-kernels need a compile-time count).
 template <template <int> class F, int N, typename... Args>
 inline void dispatch_nb(int nb, Args... args) {
