@@ -5,7 +5,8 @@
 // compute = BF16 (the f32 kernel where the CPU lacks AVX512-BF16: the label says which ran).
 // Read the rates against bench_peak's fp32 and bf16 figures from the same session.
 //
-//   build/release/bench/bench_attention --benchmark_min_time=1x    (one iteration per case)
+//   build/release/bench/bench_attention --benchmark_min_time=0.5
+//   build/release/bench/bench_attention --benchmark_min_time=0.01   (a quick look: one iteration)
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
