@@ -109,12 +109,14 @@ inline __m512i pair_up(__m512 a, __m512 b) {
 }
 
 // vp[h][i][d] = (bf16 v[2i,h,d], bf16 v[2i+1,h,d]) as one 32-bit pair (low half the even key),
-// i < ⌈nk/2⌉; the missing partner of an odd last key is 0. v: [nk, Hkv, D].
-void pack_v_pairs(const float* v, int64_t nk, int64_t Hkv, int64_t D, uint32_t* vp) {
+// for the pairs i0 <= i < i1 of the ⌈nk/2⌉; the missing partner of an odd last key is 0.
+// v: [nk, Hkv, D].
+void pack_v_pairs(const float* v, int64_t nk, int64_t Hkv, int64_t D, int64_t i0, int64_t i1,
+                  uint32_t* vp) {
   const int64_t np = (nk + 1) / 2;
 #pragma omp for collapse(2) schedule(static)
   for (int64_t h = 0; h < Hkv; ++h)
-    for (int64_t i = 0; i < np; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       const float* r0 = v + (2 * i * Hkv + h) * D;
       const float* r1 = 2 * i + 1 < nk ? r0 + Hkv * D : nullptr;
       uint32_t* dst = vp + (h * np + i) * D;
@@ -360,16 +362,20 @@ void run_kernel(const Problem& pb) {
   const Buf<uint16_t> k16 = alloc<uint16_t>(pb.nk * kvstride);
   const Buf<uint32_t> vp = alloc<uint32_t>(pb.Hkv * np * D);
   const PackedKv kv{k16.get(), vp.get(), np};
+  // Only the keys some query sees (from an even index) are converted: the blocks read no other.
+  KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
+  used.lo &= ~int64_t{1};
   const int qv = query_vectors(pb.mask), bq = 16 * qv;
   const int64_t nqb = (pb.nq + bq - 1) / bq;
   const int64_t tasks = nqb * pb.Hq;
 #pragma omp parallel
   {
-    // K and V to bf16 once per call (each omp for ends in a barrier).
+    // K and V to bf16 once per call (each omp for ends in a barrier); untouched rows stay
+    // unallocated pages.
 #pragma omp for schedule(static)
-    for (int64_t j = 0; j < pb.nk; ++j)
+    for (int64_t j = used.lo; j < used.hi; ++j)
       to_bf16(pb.k + j * kvstride, kvstride, k16.get() + j * kvstride);
-    pack_v_pairs(pb.v, pb.nk, pb.Hkv, D, vp.get());
+    pack_v_pairs(pb.v, pb.nk, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
 
     Scratch s(D);
     // As the f32 kernel: later (longer) query blocks first, GQA heads of a block together.
