@@ -1,8 +1,12 @@
 // flash_attention throughput on prefill shapes, in GFLOP/s counted by attention_flops (only the
-// visible (query, key) pairs, 4·D flops each) and as a fraction of the fp32 FMA peak of the
-// development machine (224 GFLOP/s per core, /work/shared/reference/machine-limits.md).
+// visible (query, key) pairs, 4·D flops each) and as a fraction of the nominal peak of the
+// development machine (fp32 FMA 224 GFLOP/s per core, /work/shared/reference/machine-limits.md;
+// bf16 vdpbf16ps twice that). BM_SelfAttention runs compute = F32, BM_SelfAttentionBf16
+// compute = BF16 (the f32 kernel where the CPU lacks AVX512-BF16: the label says which ran).
+// Read the rates against bench_peak's fp32 and bf16 figures from the same session.
 //
-//   build/attn/bench/bench_attention --benchmark_min_time=1x    (one iteration per case)
+//   build/release/bench/bench_attention --benchmark_min_time=0.5
+//   build/release/bench/bench_attention --benchmark_min_time=0.01   (a quick look: one iteration)
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
@@ -30,7 +34,7 @@ double process_cpu_seconds() {
 }
 
 // args: tokens, q heads, kv heads, head_dim, window (0 = full causal)
-void BM_SelfAttention(benchmark::State& state) {
+void self_attention(benchmark::State& state, slope::kernels::ComputeType compute) {
   const int64_t n = state.range(0);
   const AttentionShape shape{state.range(1), state.range(2), state.range(3)};
   const AttentionMask mask{true, state.range(4)};
@@ -48,7 +52,8 @@ void BM_SelfAttention(benchmark::State& state) {
   for (auto _ : state) {
     slope::kernels::flash_attention({.q = q.data(), .nq = n, .q_pos0 = 0, .k = k.data(),
                                      .v = v.data(), .nk = n, .kv_pos0 = 0, .shape = shape,
-                                     .mask = mask, .scale = scale, .sinks = nullptr,
+                                     .mask = mask, .scale = scale, .compute = compute,
+                                     .sinks = nullptr,
                                      .out = out.data(), .lse = lse.data()});
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
@@ -56,7 +61,11 @@ void BM_SelfAttention(benchmark::State& state) {
   const double cpu_s = process_cpu_seconds() - cpu0;
   const double flops = slope::kernels::attention_flops(n, 0, n, 0, shape, mask);
   const int threads = slope::num_threads();
-  const double peak = kPeakPerCore * threads;
+  const bool bf16 = compute == slope::kernels::ComputeType::BF16 &&
+                    slope::kernels::bf16_attention_supported();
+  const double peak = kPeakPerCore * threads * (bf16 ? 2 : 1);
+  if (compute == slope::kernels::ComputeType::BF16)
+    state.SetLabel(bf16 ? "bf16 kernel" : "no AVX512-BF16: f32 kernel");
   state.counters["GFLOP/s"] =
       benchmark::Counter(flops * 1e-9 * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate);
@@ -70,15 +79,27 @@ void BM_SelfAttention(benchmark::State& state) {
   state.counters["threads"] = threads;
 }
 
-BENCHMARK(BM_SelfAttention)
-    ->ArgNames({"tokens", "Hq", "Hkv", "D", "window"})
-    ->Args({1024, 16, 4, 64, 0})
-    ->Args({4096, 16, 4, 64, 0})
-    ->Args({16384, 4, 1, 64, 0})    // ~275 GFLOP per iteration
-    ->Args({16384, 16, 4, 64, 128})  // gpt-oss sliding layer
-    ->Args({4096, 8, 2, 128, 0})
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
+void BM_SelfAttention(benchmark::State& state) {
+  self_attention(state, slope::kernels::ComputeType::F32);
+}
+void BM_SelfAttentionBf16(benchmark::State& state) {
+  self_attention(state, slope::kernels::ComputeType::BF16);
+}
+
+// The shapes of both compute types: issue 14's 4K, 16K and 32K, causal and window 128, head_dim
+// 64 (causal with 4 q heads over 1 KV head, ~275 GFLOP per iteration at 16K; window 128 with
+// gpt-oss's 16 over 4), and two more shapes.
+void shapes(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "Hq", "Hkv", "D", "window"});
+  for (int64_t n : {4096, 16384, 32768}) {
+    b->Args({n, 4, 1, 64, 0});
+    b->Args({n, 16, 4, 64, 128});  // gpt-oss sliding layer
+  }
+  b->Args({4096, 16, 4, 64, 0});
+  b->Args({4096, 8, 2, 128, 0});
+}
+BENCHMARK(BM_SelfAttention)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SelfAttentionBf16)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #if defined(__AVX512F__)
 // The FMA rate this machine gives right now: 24 independent zmm accumulators per thread, no

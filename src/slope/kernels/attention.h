@@ -6,12 +6,17 @@
 
 #include <cstdint>
 
+#include "slope/kernels/gemm.h"  // ComputeType
+
 namespace slope::kernels {
 
 // Tiles of flash_attention: query rows and keys per block. Every tile with a visible pair is
-// computed in full; the planner's cost model counts work in these tiles.
+// computed in full; the planner's cost model counts work in these tiles. Sliding windows shorter
+// than 1024 keys take blocks of kAttentionWindowBlockQ query rows, so that a block visits fewer
+// keys that none of its rows sees (W + 31 keys for a window of W instead of W + 63).
 inline constexpr int64_t kAttentionBlockQ = 64;
 inline constexpr int64_t kAttentionBlockK = 64;
+inline constexpr int64_t kAttentionWindowBlockQ = 32;
 
 struct AttentionShape {
   int64_t num_q_heads = 0;
@@ -39,6 +44,12 @@ struct AttentionArgs {
   AttentionShape shape;
   AttentionMask mask;
   float scale = 1.f;
+  // F32: f32 products. BF16: q, k and v rounded to bf16 (round to nearest even), QKᵀ and PV on
+  // bf16 products with f32 accumulation, the softmax, its running max and sum, and the LSE in
+  // f32 (the probabilities are rounded to bf16 for PV). Where the CPU lacks AVX512-BF16, where
+  // head_dim is odd or scale is not a positive finite number, BF16 runs the f32 kernel (the
+  // first time, it says so in the log).
+  ComputeType compute = ComputeType::F32;
   // Optional [Hq] logits, one per query head. When given, each row's softmax denominator also
   // includes exp(sink[h]) once, `out` is final and `lse` includes the sink. nullptr for partial
   // results that will be merged and finalised with attention_apply_sinks.
@@ -51,6 +62,10 @@ struct AttentionArgs {
 // Blocks of keys that no query can see are skipped (causal, window). Threads over (head, query
 // block) with OpenMP.
 void flash_attention(const AttentionArgs& args);
+
+// True when compute = BF16 runs the bf16 kernel on this CPU (built with AVX512-BF16 and the CPU
+// has it); false when it falls back to the f32 kernel.
+bool bf16_attention_supported();
 
 // FLOPs of the work flash_attention actually has to do (QKᵀ and PV, 4·D per visible
 // (query, key, head) triple), counted exactly from the mask. For benchmarks and the planner.

@@ -56,8 +56,8 @@ void attend_segments(const ops::Backend& ops, const LayerAttention& spec, const 
     if (first) {
       ops.flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
                                 .nk = kv_seg.length, .kv_pos0 = kv_seg.start, .shape = spec.shape,
-                                .mask = spec.mask, .scale = spec.scale, .sinks = nullptr, .out = out,
-                                .lse = lse});
+                                .mask = spec.mask, .scale = spec.scale, .compute = spec.compute,
+                                .sinks = nullptr, .out = out, .lse = lse});
       first = false;
       continue;
     }
@@ -67,8 +67,8 @@ void attend_segments(const ops::Backend& ops, const LayerAttention& spec, const 
     }
     ops.flash_attention({.q = q, .nq = n, .q_pos0 = q_seg.start, .k = kb, .v = vb,
                               .nk = kv_seg.length, .kv_pos0 = kv_seg.start, .shape = spec.shape,
-                              .mask = spec.mask, .scale = spec.scale, .sinks = nullptr,
-                              .out = part_out.data<float>(), .lse = part_lse.data<float>()});
+                              .mask = spec.mask, .scale = spec.scale, .compute = spec.compute,
+                              .sinks = nullptr, .out = part_out.data<float>(), .lse = part_lse.data<float>()});
     ops.attention_merge(out, lse, part_out.data<float>(), part_lse.data<float>(), n, Hq, D);
   }
   if (first) {  // no visible key at all (cannot happen for causal self-attention; kept total)
@@ -87,8 +87,8 @@ void LocalAttention::attend(const LayerAttention& spec, const float* q,
     Tensor lse = ops_.alloc({qs.length, Hq}, DType::F32);
     ops_.flash_attention({.q = q, .nq = qs.length, .q_pos0 = qs.start, .k = k, .v = v,
                               .nk = ks.length, .kv_pos0 = ks.start, .shape = spec.shape,
-                              .mask = spec.mask, .scale = spec.scale, .sinks = spec.sinks,
-                              .out = out, .lse = lse.data<float>()});
+                              .mask = spec.mask, .scale = spec.scale, .compute = spec.compute,
+                              .sinks = spec.sinks, .out = out, .lse = lse.data<float>()});
     return;
   }
   int64_t row = 0;

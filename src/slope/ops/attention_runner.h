@@ -39,6 +39,9 @@ struct LayerAttention {
   kernels::AttentionMask mask;   // causal always; window > 0 on sliding layers
   float scale = 1.f;
   const float* sinks = nullptr;  // [num_q_heads] or nullptr
+  // The kernel's arithmetic (kernels/attention.h AttentionArgs::compute): BF16 in the engine's
+  // bf16 mode.
+  kernels::ComputeType compute = kernels::ComputeType::F32;
 };
 
 class AttentionRunner {

@@ -1,13 +1,17 @@
 // flash_attention, attention_flops, attention_merge and attention_apply_sinks against a naive
 // double-precision reference that materialises the scores, as HF gpt-oss eager attention does:
 // scores = scale·q·k + mask, the sink logit appended as an extra column, softmax, column dropped.
+// The flash_attention tests run for both compute types (F32 and BF16, the suffix of the test
+// name); BF16 is held to the bound derived at kBf16Unit below.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <vector>
 
@@ -15,12 +19,39 @@
 #include "slope/kernels/attention_merge.h"
 
 namespace slope::kernels {
+
+// gtest's name for a parameter (found by argument-dependent lookup, so outside the anonymous
+// namespace).
+inline void PrintTo(ComputeType ct, std::ostream* os) { *os << (ct == ComputeType::F32 ? "F32" : "BF16"); }
+
 namespace {
 
 // f32 tolerance, relative: out rows against their largest |reference| element, lse against
 // max(1, |reference|) (lse is a log, so its natural error is absolute near 0).
 constexpr double kRelTol = 1e-5;
 constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// bf16 tolerance. The bf16 kernel rounds q, k and v to bf16 (unit roundoff u = 2^-9), multiplies
+// and accumulates in f32, and rounds each probability to bf16 for PV. Against exact attention of
+// the unrounded inputs, per row:
+//   scores:  |s̃_j - s_j| <= δ = (2u + u²) · scale · max_j Σ_d |q_d k_jd|   (|q̃k̃ - qk| <= (2u+u²)|q||k|)
+//   weights: w̃_j / w_j in [e^{-2δ}, e^{2δ}], so Σ_j |w̃_j - w_j| |ṽ_j| <= (e^{2δ} - 1)(1 + u) V
+//   values:  Σ_j w_j |ṽ_j - v_j| <= u V;  probabilities rounded: <= u (1 + u) V
+//   => |out - ref| <= V ((e^{2δ} - 1)(1 + u) + 2u + u²) + f32,  |lse - ref| <= δ + f32
+// with V = max |v| (the sink only adds a weight that no v multiplies, so the bound holds with
+// sinks). Against exact attention of the rounded inputs, only the probability rounding and f32
+// remain: |out - ref| <= u (1 + u) V + f32, and lse is f32-exact (the sum uses the unrounded
+// probabilities). f32 is kRelTol in both.
+constexpr double kBf16Unit = 1.0 / 512;
+
+// x rounded to the nearest bf16 (8 significant bits), ties to even; computed with frexp/ldexp,
+// independently of the kernel's bit manipulation.
+float round_bf16(float x) {
+  if (!std::isfinite(x) || x == 0.0f) return x;
+  int e = 0;
+  const double m = std::frexp(double(x), &e);  // x = m · 2^e, 0.5 <= |m| < 1
+  return static_cast<float>(std::ldexp(std::nearbyint(std::ldexp(m, 8)), e - 8));
+}
 
 bool visible(int64_t qp, int64_t kp, const AttentionMask& m) {
   return (!m.causal || kp <= qp) && (m.window <= 0 || kp > qp - m.window);
@@ -51,11 +82,13 @@ Inputs make_inputs(std::mt19937& rng, int64_t nq, int64_t q_pos0, int64_t nk, in
 }
 
 // Naive reference: out [nq,Hq,D], lse [nq,Hq] in double.
+// dot_abs (optional), per row: max over the visible keys of scale · Σ_d |q_d k_d| (0 if none).
 void reference(const Inputs& in, bool with_sinks, std::vector<double>& out,
-               std::vector<double>& lse) {
+               std::vector<double>& lse, std::vector<double>* dot_abs = nullptr) {
   const int64_t Hq = in.shape.num_q_heads, Hkv = in.shape.num_kv_heads, D = in.shape.head_dim;
   out.assign(in.nq * Hq * D, 0.0);
   lse.assign(in.nq * Hq, -kInf);
+  if (dot_abs) dot_abs->assign(in.nq * Hq, 0.0);
   std::vector<double> s(in.nk);
   for (int64_t i = 0; i < in.nq; ++i)
     for (int64_t h = 0; h < Hq; ++h) {
@@ -64,10 +97,14 @@ void reference(const Inputs& in, bool with_sinks, std::vector<double>& out,
       for (int64_t j = 0; j < in.nk; ++j) {
         s[j] = -kInf;
         if (!visible(in.q_pos0 + i, in.kv_pos0 + j, in.mask)) continue;
-        double dot = 0;
-        for (int64_t d = 0; d < D; ++d)
-          dot += double(in.q[(i * Hq + h) * D + d]) * in.k[(j * Hkv + kvh) * D + d];
+        double dot = 0, abs_dot = 0;
+        for (int64_t d = 0; d < D; ++d) {
+          const double p = double(in.q[(i * Hq + h) * D + d]) * in.k[(j * Hkv + kvh) * D + d];
+          dot += p;
+          abs_dot += std::abs(p);
+        }
         s[j] = in.scale * dot;
+        if (dot_abs) (*dot_abs)[i * Hq + h] = std::max((*dot_abs)[i * Hq + h], in.scale * abs_dot);
         mx = std::isnan(s[j]) ? s[j] : std::max(mx, s[j]);  // a NaN score makes the row NaN
       }
       if (mx == -kInf) continue;  // nothing visible, no sink
@@ -84,10 +121,15 @@ void reference(const Inputs& in, bool with_sinks, std::vector<double>& out,
     }
 }
 
-// Compares f32 results with the reference; reports the first few mismatches.
+// Absolute tolerances per row (out and lse); empty: the f32 tolerance, kRelTol.
+struct RowTolerance {
+  std::vector<double> out, lse;
+};
+
+// Compares results with the reference; reports the first few mismatches.
 void expect_close(const std::vector<float>& out, const std::vector<float>& lse,
                   const std::vector<double>& ref_out, const std::vector<double>& ref_lse,
-                  int64_t D) {
+                  int64_t D, const RowTolerance& tol = {}) {
   int failures = 0;
   for (size_t t = 0; t < ref_lse.size() && failures < 5; ++t) {
     const double rl = ref_lse[t], gl = lse[t];
@@ -96,15 +138,17 @@ void expect_close(const std::vector<float>& out, const std::vector<float>& lse,
         ADD_FAILURE() << "row " << t << ": lse " << gl << ", expected -inf";
         ++failures;
       }
-    } else if (!(std::abs(gl - rl) <= kRelTol * std::max(1.0, std::abs(rl)))) {
+    } else if (!(std::abs(gl - rl) <=
+                 (tol.lse.empty() ? kRelTol * std::max(1.0, std::abs(rl)) : tol.lse[t]))) {
       ADD_FAILURE() << "row " << t << ": lse " << gl << ", expected " << rl;
       ++failures;
     }
     double norm = 0;
     for (int64_t d = 0; d < D; ++d) norm = std::max(norm, std::abs(ref_out[t * D + d]));
+    const double out_tol = tol.out.empty() ? kRelTol * norm : tol.out[t];
     for (int64_t d = 0; d < D; ++d) {
       const double r = ref_out[t * D + d], g = out[t * D + d];
-      if (!(std::abs(g - r) <= kRelTol * norm)) {  // norm 0 demands an exact 0
+      if (!(std::abs(g - r) <= out_tol)) {  // norm 0 demands an exact 0
         ADD_FAILURE() << "row " << t << " dim " << d << ": out " << g << ", expected " << r;
         ++failures;
         break;
@@ -113,17 +157,80 @@ void expect_close(const std::vector<float>& out, const std::vector<float>& lse,
   }
 }
 
-void check_flash(const Inputs& in) {
+double max_abs(const std::vector<float>& x) {
+  double m = 0;
+  for (float v : x) m = std::max(m, double(std::abs(v)));
+  return m;
+}
+
+Inputs rounded_to_bf16(Inputs in) {
+  for (std::vector<float>* t : {&in.q, &in.k, &in.v})
+    for (float& x : *t) x = round_bf16(x);
+  return in;
+}
+
+// True where compute = BF16 runs the bf16 kernel on `in` (else it runs the f32 kernel).
+bool runs_bf16_kernel(const Inputs& in) {
+  return bf16_attention_supported() && in.shape.head_dim % 2 == 0 && in.scale > 0;
+}
+
+// The tolerance of compute type ct against exact attention (reference()) of `in` (kBf16Unit):
+// empty for F32; for BF16 the bound against the exact inputs, or, with `rounded`, against inputs
+// already rounded to bf16 (then dot_abs is not used).
+RowTolerance tolerance_for(const Inputs& in, ComputeType ct, const std::vector<double>& ref_lse,
+                           const std::vector<double>& dot_abs, bool rounded = false) {
+  RowTolerance tol;
+  if (ct == ComputeType::F32) return tol;
+  const double u = kBf16Unit, V = max_abs(in.v);
+  for (size_t t = 0; t < ref_lse.size(); ++t) {
+    const double f32_lse = kRelTol * std::max(1.0, std::abs(ref_lse[t]));
+    if (rounded) {
+      tol.out.push_back(V * (u * (1 + u) + kRelTol));
+      tol.lse.push_back(f32_lse);
+    } else {
+      const double delta = (2 * u + u * u) * dot_abs[t];
+      tol.out.push_back(V * (std::expm1(2 * delta) * (1 + u) + 2 * u + u * u + kRelTol));
+      tol.lse.push_back(delta + f32_lse);
+    }
+  }
+  return tol;
+}
+
+// out [nq,Hq,D] and lse [nq,Hq] of flash_attention on `in` (123 where it wrote nothing).
+void run_flash(const Inputs& in, ComputeType ct, std::vector<float>& out, std::vector<float>& lse) {
   const int64_t Hq = in.shape.num_q_heads, D = in.shape.head_dim;
-  std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
+  out.assign(in.nq * Hq * D, 123.0f);
+  lse.assign(in.nq * Hq, 123.0f);
   flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
                    .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
-                   .mask = in.mask, .scale = in.scale,
+                   .mask = in.mask, .scale = in.scale, .compute = ct,
                    .sinks = in.use_sinks ? in.sinks.data() : nullptr, .out = out.data(),
                    .lse = lse.data()});
-  std::vector<double> ref_out, ref_lse;
-  reference(in, in.use_sinks, ref_out, ref_lse);
-  expect_close(out, lse, ref_out, ref_lse, D);
+}
+
+// Results of compute type ct on `in` against the reference: for BF16 both bounds (exact inputs;
+// rounded inputs where the bf16 kernel runs).
+void expect_matches(const Inputs& in, ComputeType ct, const std::vector<float>& out,
+                    const std::vector<float>& lse) {
+  const int64_t D = in.shape.head_dim;
+  std::vector<double> ref_out, ref_lse, dot_abs;
+  reference(in, in.use_sinks, ref_out, ref_lse, &dot_abs);
+  {
+    SCOPED_TRACE("against exact attention of the inputs");
+    expect_close(out, lse, ref_out, ref_lse, D, tolerance_for(in, ct, ref_lse, dot_abs));
+  }
+  if (ct == ComputeType::BF16 && runs_bf16_kernel(in)) {
+    SCOPED_TRACE("against exact attention of the inputs rounded to bf16");
+    const Inputs r = rounded_to_bf16(in);
+    reference(r, in.use_sinks, ref_out, ref_lse);
+    expect_close(out, lse, ref_out, ref_lse, D, tolerance_for(r, ct, ref_lse, {}, true));
+  }
+}
+
+void check_flash(const Inputs& in, ComputeType ct) {
+  std::vector<float> out, lse;
+  run_flash(in, ct, out, lse);
+  expect_matches(in, ct, out, lse);
 }
 
 std::string describe(const Inputs& in) {
@@ -152,8 +259,17 @@ int64_t kv_offset(int which, int64_t nq, int64_t nk) {
   }
 }
 
+// Each flash_attention test, for each compute type.
+class FlashAttention : public ::testing::TestWithParam<ComputeType> {};
+
+INSTANTIATE_TEST_SUITE_P(Compute, FlashAttention,
+                         ::testing::Values(ComputeType::F32, ComputeType::BF16),
+                         [](const ::testing::TestParamInfo<ComputeType>& info) {
+                           return std::string(info.param == ComputeType::F32 ? "F32" : "BF16");
+                         });
+
 // Every (nq, nk) pair, the other options cycled so that all values and combinations recur.
-TEST(FlashAttention, ShapesSweep) {
+TEST_P(FlashAttention, ShapesSweep) {
   std::mt19937 rng(1234);
   int n = 0;
   for (int64_t nq : kSizes)
@@ -166,13 +282,13 @@ TEST(FlashAttention, ShapesSweep) {
       const float scale = (n % 3 == 0) ? 1.0f : 1.0f / std::sqrt(float(shape.head_dim));
       const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, mask, scale, n % 2);
       SCOPED_TRACE(describe(in));
-      check_flash(in);
+      check_flash(in, GetParam());
       ++n;
     }
 }
 
 // Self-attention (q_pos0 == kv_pos0, as on one rank), every mask, dim, head layout and sinks.
-TEST(FlashAttention, SelfAttentionMasks) {
+TEST_P(FlashAttention, SelfAttentionMasks) {
   std::mt19937 rng(99);
   int n = 0;
   for (bool causal : {true, false})
@@ -185,14 +301,14 @@ TEST(FlashAttention, SelfAttentionMasks) {
           const Inputs in = make_inputs(rng, len, 300, len, 300, shape, {causal, window},
                                         0.125f, sinks);
           SCOPED_TRACE(describe(in));
-          check_flash(in);
+          check_flash(in, GetParam());
           ++n;
         }
 }
 
 // Query and kv blocks at every relative placement, including kv wholly in the future
 // (lse -inf and out 0 without sinks; lse = sink and out 0 with them).
-TEST(FlashAttention, Placements) {
+TEST_P(FlashAttention, Placements) {
   std::mt19937 rng(7);
   int n = 0;
   for (int placement = 0; placement < 4; ++placement)
@@ -204,19 +320,19 @@ TEST(FlashAttention, Placements) {
         const Inputs in = make_inputs(rng, nq, 5000, nk, 5000 + kv_offset(placement, nq, nk),
                                       shape, {true, window}, 0.3f, sinks);
         SCOPED_TRACE(describe(in));
-        check_flash(in);
+        check_flash(in, GetParam());
         ++n;
       }
 }
 
-TEST(FlashAttention, FutureKeysGiveEmptyRows) {
+TEST_P(FlashAttention, FutureKeysGiveEmptyRows) {
   std::mt19937 rng(3);
   const Inputs in = make_inputs(rng, 33, 0, 64, 33, {4, 2, 24}, {true, 0}, 0.2f, false);
   std::vector<float> out(33 * 4 * 24, 1.0f), lse(33 * 4, 1.0f);
   flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
                    .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
-                   .mask = in.mask, .scale = in.scale, .sinks = nullptr, .out = out.data(),
-                   .lse = lse.data()});
+                   .mask = in.mask, .scale = in.scale, .compute = GetParam(), .sinks = nullptr,
+                   .out = out.data(), .lse = lse.data()});
   for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
   for (float x : out) EXPECT_EQ(x, 0.0f);
 }
@@ -226,7 +342,7 @@ TEST(FlashAttention, FutureKeysGiveEmptyRows) {
 // every row of that head's query group that sees j NaN, a NaN in one query row makes that row
 // NaN, and every other row matches the reference. The exp clamp once turned NaN scores into
 // weights of 0 and hid them.
-TEST(FlashAttention, NanReachesTheRowsThatSeeIt) {
+TEST_P(FlashAttention, NanReachesTheRowsThatSeeIt) {
   std::mt19937 rng(77);
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (const AttentionMask mask : {AttentionMask{true, 0}, AttentionMask{true, 5}, AttentionMask{false, 0}})
@@ -239,14 +355,16 @@ TEST(FlashAttention, NanReachesTheRowsThatSeeIt) {
       std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
       flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
                        .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
-                       .mask = in.mask, .scale = in.scale,
+                       .mask = in.mask, .scale = in.scale, .compute = GetParam(),
                        .sinks = sinks ? in.sinks.data() : nullptr, .out = out.data(),
                        .lse = lse.data()});
-      std::vector<double> ref_out, ref_lse;
-      reference(in, sinks, ref_out, ref_lse);
+      std::vector<double> ref_out, ref_lse, dot_abs;
+      reference(in, sinks, ref_out, ref_lse, &dot_abs);
+      const RowTolerance tol = tolerance_for(in, GetParam(), ref_lse, dot_abs);
       int nan_rows = 0;
       std::vector<float> clean_out, clean_lse;
       std::vector<double> clean_ref_out, clean_ref_lse;
+      RowTolerance clean_tol;
       for (int64_t t = 0; t < in.nq * Hq; ++t) {
         const int64_t i = t / Hq, h = t % Hq;
         const bool sees_nan = (h == 0 && i == 10) || (h >= 2 && visible(i, 40, mask));
@@ -262,27 +380,83 @@ TEST(FlashAttention, NanReachesTheRowsThatSeeIt) {
           clean_ref_out.insert(clean_ref_out.end(), ref_out.begin() + t * D, ref_out.begin() + (t + 1) * D);
           clean_lse.push_back(lse[t]);
           clean_ref_lse.push_back(ref_lse[t]);
+          if (!tol.out.empty()) {
+            clean_tol.out.push_back(tol.out[t]);
+            clean_tol.lse.push_back(tol.lse[t]);
+          }
         }
       }
       EXPECT_GT(nan_rows, 1);
-      expect_close(clean_out, clean_lse, clean_ref_out, clean_ref_lse, D);
+      expect_close(clean_out, clean_lse, clean_ref_out, clean_ref_lse, D, clean_tol);
     }
 }
 
 // A longer causal sequence: many key blocks per query block and many query blocks.
-TEST(FlashAttention, LongCausal) {
+TEST_P(FlashAttention, LongCausal) {
   std::mt19937 rng(11);
   for (int64_t window : {int64_t{0}, int64_t{128}}) {
     const Inputs in = make_inputs(rng, 1000, 0, 1000, 0, {2, 1, 64}, {true, window}, 0.125f,
                                   window > 0);
     SCOPED_TRACE(describe(in));
-    check_flash(in);
+    check_flash(in, GetParam());
+  }
+}
+
+// The bf16 kernel really runs where the CPU has it: its result differs from the f32 kernel's
+// and is closer to exact attention of the rounded inputs than the f32 kernel's is.
+TEST(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
+  std::mt19937 rng(5);
+  const Inputs in = make_inputs(rng, 130, 0, 130, 0, {4, 2, 64}, {true, 0}, 1.0f, false);
+  if (!runs_bf16_kernel(in)) GTEST_SKIP() << "this CPU or build has no AVX512-BF16";
+  std::vector<float> out16, lse16, out32, lse32;
+  run_flash(in, ComputeType::BF16, out16, lse16);
+  run_flash(in, ComputeType::F32, out32, lse32);
+  std::vector<double> ref_out, ref_lse;
+  reference(rounded_to_bf16(in), false, ref_out, ref_lse);
+  double err16 = 0, err32 = 0;
+  for (size_t t = 0; t < lse16.size(); ++t) {
+    err16 = std::max(err16, std::abs(lse16[t] - ref_lse[t]));
+    err32 = std::max(err32, std::abs(lse32[t] - ref_lse[t]));
+  }
+  EXPECT_NE(lse16, lse32);
+  EXPECT_LT(err16 * 10, err32) << "lse error against the rounded inputs: bf16 " << err16
+                               << ", f32 " << err32;
+}
+
+// Where the bf16 kernel cannot run (odd head_dim), BF16 gives exactly the f32 kernel's result.
+TEST(FlashAttentionBf16, OddHeadDimRunsTheF32Kernel) {
+  std::mt19937 rng(6);
+  const Inputs in = make_inputs(rng, 70, 0, 70, 0, {4, 2, 15}, {true, 5}, 0.25f, true);
+  std::vector<float> out16, lse16, out32, lse32;
+  run_flash(in, ComputeType::BF16, out16, lse16);
+  run_flash(in, ComputeType::F32, out32, lse32);
+  EXPECT_EQ(out16, out32);
+  EXPECT_EQ(lse16, lse32);
+}
+
+// A NaN or Inf in a value no row may see stays out of the bf16 kernel's results: keys are
+// processed in pairs, and the key before an odd window start and the one after an odd causal
+// end are partners that no row sees.
+TEST(FlashAttentionBf16, UnseenPartnerKeysStayOut) {
+  std::mt19937 rng(8);
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    // 50 queries at 101..150 (one query block), keys at 0..199: the window 5 makes key 97 the
+    // first visible one (odd: paired with 96) and 150 the last (even: paired with 151).
+    Inputs in = make_inputs(rng, 50, 101, 200, 0, {2, 1, 16}, {true, 5}, 0.25f, false);
+    for (int64_t j : {int64_t{96}, int64_t{151}})
+      for (int64_t d = 0; d < 16; ++d) in.v[j * 16 + d] = bad;
+    // Only keys 97..150 are visible to any row, so the reference is finite.
+    std::vector<float> out, lse;
+    run_flash(in, ComputeType::BF16, out, lse);
+    for (size_t t = 0; t < out.size(); ++t)
+      ASSERT_TRUE(std::isfinite(out[t])) << "element " << t << ": " << out[t];
+    expect_matches(in, ComputeType::BF16, out, lse);
   }
 }
 
 // Split the keys into 2-4 disjoint contiguous blocks (as ring attention receives them), attend
 // each without sinks, merge in a random order, apply the sinks once: equals whole attention.
-TEST(AttentionMerge, SplitKeysThenMergeAndSink) {
+TEST_P(FlashAttention, SplitKeysThenMergeAndSink) {
   std::mt19937 rng(2024);
   int n = 0;
   for (int64_t nk : {int64_t{7}, int64_t{65}, int64_t{130}, int64_t{257}})
@@ -319,15 +493,14 @@ TEST(AttentionMerge, SplitKeysThenMergeAndSink) {
           flash_attention({.q = in.q.data(), .nq = nq, .q_pos0 = q_pos0,
                            .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
                            .nk = nkb, .kv_pos0 = 50 + j0, .shape = shape, .mask = in.mask,
-                           .scale = in.scale, .sinks = nullptr, .out = o, .lse = l});
+                           .scale = in.scale, .compute = GetParam(), .sinks = nullptr,
+                           .out = o, .lse = l});
           if (!first) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), nq, Hq, D);
           first = false;
         }
         attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), nq, Hq, D);
 
-        std::vector<double> ref_out, ref_lse;
-        reference(in, true, ref_out, ref_lse);
-        expect_close(out, lse, ref_out, ref_lse, D);
+        expect_matches(in, GetParam(), out, lse);
         ++n;
       }
 }

@@ -1,6 +1,7 @@
 // CPU flash attention (see attention.h for the contract).
 //
-// Work unit: one query head h and one block of kBq = 64 query rows. The block's queries are
+// Work unit: one query head h and one block of kBq = 64 query rows (32 under a sliding window
+// shorter than 1024 keys, query_vectors() in attention_common.h). The block's queries are
 // packed transposed and pre-scaled, Qt[d][r] = q[r,h,d] · scale · log2(e), so every score is
 // already in base 2 and the softmax needs only 2^x. Keys are then streamed in blocks of kBk,
 // restricted to the index range some query of the block can see (causal and window), and for
@@ -38,87 +39,27 @@
 #include <new>
 #include <vector>
 
+#include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
 
 namespace slope::kernels {
 namespace {
 
-constexpr double kLn2 = 0.69314718055994530942;
-constexpr double kLog2e = 1.44269504088896340736;
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Visible key index range [lo, hi) of k/v for the query positions [p_first, p_last].
-struct KeyRange {
-  int64_t lo = 0, hi = 0;
-};
-
-KeyRange visible_keys(int64_t p_first, int64_t p_last, int64_t nk, int64_t kv_pos0,
-                      const AttentionMask& mask) {
-  int64_t lo = 0, hi = nk;
-  if (mask.window > 0) lo = std::max<int64_t>(lo, p_first - mask.window + 1 - kv_pos0);
-  if (mask.causal) hi = std::min<int64_t>(hi, p_last + 1 - kv_pos0);
-  lo = std::min(lo, nk);
-  hi = std::max<int64_t>(hi, 0);
-  return {lo, std::max(lo, hi)};
-}
-
-// Final row values from the running state (base-2 max m, denominator l, numerator already
-// divided by l by the caller): lse in natural log, and the factor that applies the sink.
-struct RowFinal {
-  float lse;
-  float out_factor;  // multiplies numerator / l
-};
-
-RowFinal finish_row(double m2, double l, const float* sinks, int64_t h) {
-  // A NaN score or value reached this row (l or m is NaN): the row is NaN, as in a reference
-  // softmax, never "no visible key".
-  if (std::isnan(l) || std::isnan(m2)) {
-    const float nan = std::numeric_limits<float>::quiet_NaN();
-    return {nan, nan};
-  }
-  if (!(l > 0.0)) {
-    // No visible key: out = 0; with a sink the row is all sink, lse = sink.
-    return {sinks ? sinks[h] : kNegInf, 0.0f};
-  }
-  double lse = m2 * kLn2 + std::log(l);
-  double factor = 1.0;
-  if (sinks) {
-    // LSE' = logaddexp(LSE, sink), out' = out · e^{LSE - LSE'}.
-    const double s = sinks[h];
-    const double hi = std::max(lse, s), lo = std::min(lse, s);
-    const double lse2 = std::isinf(lo) ? hi : hi + std::log1p(std::exp(lo - hi));
-    factor = std::exp(lse - lse2);
-    lse = lse2;
-  }
-  return {static_cast<float>(lse), static_cast<float>(factor / l)};
-}
-
-// flash_attention's arguments. q: [nq, Hq, D], k/v: [nk, Hkv, D], out: [nq, Hq, D], lse: [nq, Hq].
-struct Problem {
-  const float* q;
-  const float* k;
-  const float* v;
-  int64_t nq, q_pos0, nk, kv_pos0;
-  int64_t Hq, Hkv, D;
-  AttentionMask mask;
-  float scale;
-  const float* sinks;
-  float* out;
-  float* lse;
-};
+using namespace attention_detail;
 
 #if defined(__AVX512F__)
 
-constexpr int kQV = 4;         // zmm vectors of queries per block
-constexpr int kBq = 16 * kQV;  // query rows per work unit
-constexpr int kBk = 64;        // keys per K/V block
-static_assert(kBq == kAttentionBlockQ && kBk == kAttentionBlockK, "attention.h states the tiles");
-constexpr int kNB = 6;         // keys (QK) or head dims (PV) broadcast per micro-kernel step:
-                               // kQV·kNB = 24 zmm accumulators
+// Work unit: QV zmm vectors of queries (kBq = 16·QV rows, query_vectors() chooses) against key
+// blocks of kBk; NB keys (QK) or head dims (PV) broadcast per micro-kernel step, QV·NB = 24 zmm
+// accumulators.
+constexpr int kBk = 64;
+static_assert(kBk == kAttentionBlockK, "attention.h states the tiles");
+static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
 
-// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. kQV×NB zmm accumulators.
-template <int NB>
+// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. QV×NB zmm accumulators.
+template <int NB, int QV>
 inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D, float* st) {
+  constexpr int kQV = QV, kBq = 16 * QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
@@ -135,9 +76,10 @@ inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D,
 }
 
 // ot[b][·] = α · ot[b][·] + Σ_j v[j,b] · pt[j][·] for NB head dims b; v rows vstride apart.
-template <int NB>
+template <int NB, int QV>
 inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
                     const __m512* alpha, float* ot) {
+  constexpr int kQV = QV, kBq = 16 * QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
@@ -155,33 +97,26 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
     for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
-// Calls F<nb>::run for nb in 1..kNB (the micro-kernels need a compile-time count).
-template <template <int> class F, int N = kNB, typename... Args>
-inline void dispatch_nb(int nb, Args... args) {
-  if constexpr (N == 1) {
-    F<1>::run(args...);
-  } else {
-    if (nb >= N)
-      F<N>::run(args...);
-    else
-      dispatch_nb<F, N - 1>(nb, args...);
-  }
-}
-template <int NB>
-struct QkTile {
-  static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
-    qk_tile<NB>(qt, k, ks, D, st);
-  }
-};
-template <int NB>
-struct PvTile {
-  static void run(const float* pt, int n, const float* v, int64_t vs, const __m512* a, float* ot) {
-    pv_tile<NB>(pt, n, v, vs, a, ot);
-  }
+template <int QV>
+struct Tiles {
+  template <int NB>
+  struct Qk {
+    static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
+      qk_tile<NB, QV>(qt, k, ks, D, st);
+    }
+  };
+  template <int NB>
+  struct Pv {
+    static void run(const float* pt, int n, const float* v, int64_t vs, const __m512* a,
+                    float* ot) {
+      pv_tile<NB, QV>(pt, n, v, vs, a, ot);
+    }
+  };
 };
 
-// Per-thread scratch, 64-byte aligned.
+// Per-thread scratch, 64-byte aligned, for the largest block (kBq = kAttentionBlockQ).
 struct Scratch {
+  static constexpr int64_t kBq = kAttentionBlockQ;
   explicit Scratch(int64_t D)
       : qt(alloc(D * kBq)), ot(alloc(D * kBq)), st(alloc(int64_t{kBk} * kBq)) {}
   struct Free {
@@ -197,7 +132,9 @@ struct Scratch {
 };
 
 // One (head, query block) work unit.
+template <int QV>
 void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
+  constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
@@ -235,7 +172,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
 
     // S = K·Qt for this key block.
     for (int j = 0; j < nkeys; j += kNB)
-      dispatch_nb<QkTile>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
+      dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
                           st + j * kBq);
 
     // Mask if the block crosses the diagonal or the window edge. Key j (position kp) is visible
@@ -290,7 +227,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
 
     // Ot = α·Ot + Vᵀ·P.
     for (int64_t d = 0; d < D; d += kNB)
-      dispatch_nb<PvTile>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
+      dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
                           kvstride, alpha, ot + d * kBq);
   }
 
@@ -308,7 +245,9 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
   }
 }
 
-void run(const Problem& pb) {
+template <int QV>
+void run_blocks(const Problem& pb) {
+  constexpr int kBq = 16 * QV;
   const int64_t nqb = (pb.nq + kBq - 1) / kBq;
   const int64_t tasks = nqb * pb.Hq;
 #pragma omp parallel
@@ -319,9 +258,16 @@ void run(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      attend_block(pb, t % pb.Hq, qb * kBq, s);
+      attend_block<QV>(pb, t % pb.Hq, qb * kBq, s);
     }
   }
+}
+
+void run(const Problem& pb) {
+  if (query_vectors(pb.mask) == 2)
+    run_blocks<2>(pb);
+  else
+    run_blocks<4>(pb);
 }
 
 #else  // portable fallback: one (row, head) at a time, two passes over the visible keys
@@ -371,8 +317,10 @@ void flash_attention(const AttentionArgs& a) {
   const float scale = a.scale;
   float *out = a.out, *lse = a.lse;
   if (nq <= 0 || shape.num_q_heads <= 0 || shape.head_dim <= 0) return;
-  run(Problem{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
-              shape.head_dim, mask, scale, sinks, out, lse});
+  const Problem pb{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
+                   shape.head_dim, mask, scale, sinks, out, lse};
+  if (a.compute == ComputeType::BF16 && run_bf16(pb)) return;
+  run(pb);
 }
 
 double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,

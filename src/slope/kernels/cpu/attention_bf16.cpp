@@ -1,0 +1,435 @@
+// CPU flash attention in bf16 (attention.h, compute = BF16): the f32 kernel's algorithm and
+// tiles (attention.cpp: queries in the vector lanes, 64 or 32 of them per block, keys streamed
+// in blocks of 64 with an online softmax) with QKᵀ and PV on vdpbf16ps, which multiplies pairs of bf16 and adds both
+// products to an f32 lane:
+//
+//   acc[i] += a[2i]·b[2i] + a[2i+1]·b[2i+1]
+//
+// Each product therefore contracts over a pair of adjacent values of its reduction index, and
+// the operand in the lanes is packed in pairs:
+//
+//   QKᵀ, over d:  Qp[i][r] = (q[r,2i], q[r,2i+1])      times the broadcast (k[j,2i], k[j,2i+1]),
+//                 which is K's own [n, Hkv, D] layout once rounded to bf16
+//   PV,  over j:  Pp[i][r] = (P[2i][r], P[2i+1][r])    times the broadcast (v[2i,d], v[2i+1,d]),
+//                 from V packed once per call as Vp[Hkv][⌈n/2⌉][D] key pairs
+//
+// K and V are rounded to bf16 once per call, Q once per (head, query block). q and k are rounded
+// as they are and the scores accumulated unscaled; c = scale·log2(e) is applied in the softmax
+// pass, where max_j(c·s_j) = c·max_j(s_j) (c > 0) and 2^(c·s - m) is one fmsub. So up to f32
+// rounding this is exact attention of bf16(q), bf16(k), bf16(v), except that the probabilities
+// are rounded to bf16 for PV (relative error at most 2^-9 in each weight; the denominator sums
+// the unrounded ones). The softmax, its running max and sum, and the LSE are the f32 kernel's.
+//
+// Key pairs start at even key indices: a window's first visible key, if odd, is preceded by the
+// key before it, which no row sees and the mask gives probability 0, and a block with an odd
+// count pairs its last key with probability 0. The V value of such an unseen partner is dropped
+// from the broadcast pair (not multiplied by 0), so a NaN or Inf in a key no row may see stays
+// out, as in the f32 kernel, which never reads keys outside the visible range.
+#include "slope/kernels/attention.h"
+
+// GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
+// (_mm512_undefined_* in the headers, GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <new>
+
+#include "slope/core/log.h"
+#include "slope/kernels/cpu/attention_common.h"
+#include "slope/kernels/cpu/exp2_avx512.h"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
+    defined(__AVX512BF16__)
+#define SLOPE_ATTENTION_BF16 1
+#include <immintrin.h>
+#else
+#define SLOPE_ATTENTION_BF16 0
+#endif
+
+namespace slope::kernels {
+namespace attention_detail {
+namespace {
+
+#if SLOPE_ATTENTION_BF16
+
+// Work unit: QV zmm vectors of queries (kBq = 16·QV rows, query_vectors() chooses) against key
+// blocks of kBk (even, so that blocks start on key pairs); NB keys (QK) or head dims (PV)
+// broadcast per micro-kernel step, QV·NB = 24 zmm accumulators.
+constexpr int kBk = 64;
+static_assert(kBk == kAttentionBlockK && kBk % 2 == 0, "attention.h states the tiles");
+static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
+
+// 64-byte aligned, uninitialised.
+template <typename T>
+struct AlignedFree {
+  void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+template <typename T>
+using Buf = std::unique_ptr<T[], AlignedFree<T>>;
+template <typename T>
+Buf<T> alloc(int64_t n) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
+  return Buf<T>(static_cast<T*>(::operator new[](bytes, std::align_val_t(64))));
+}
+
+// bf16 bits of x, round to nearest even (as vcvtneps2bf16); a NaN stays a (quiet) NaN.
+inline uint32_t bf16_bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u >> 16;
+}
+
+inline __mmask16 first_lanes(int64_t n) {
+  return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+}
+
+// dst[i] = bf16(src[i]) for i < n.
+void to_bf16(const float* src, int64_t n, uint16_t* dst) {
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = first_lanes(n - i);
+    const __m256i b = (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, src + i));
+    _mm256_mask_storeu_epi16(dst + i, m, b);
+  }
+}
+
+// The 32 bf16 of cvtne2ps_pbh(b, a) = [a0..a15, b0..b15] reordered to pairs (a_i, b_i).
+inline __m512i pair_up(__m512 a, __m512 b) {
+  const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25,
+                                              9, 24, 8, 23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2,
+                                              17, 1, 16, 0);
+  return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(b, a));
+}
+
+// vp[h][i][d] = (bf16 v[2i,h,d], bf16 v[2i+1,h,d]) as one 32-bit pair (low half the even key),
+// for the pairs i0 <= i < i1 of the ⌈nk/2⌉; the missing partner of an odd last key is 0.
+// v: [nk, Hkv, D].
+void pack_v_pairs(const float* v, int64_t nk, int64_t Hkv, int64_t D, int64_t i0, int64_t i1,
+                  uint32_t* vp) {
+  const int64_t np = (nk + 1) / 2;
+#pragma omp for collapse(2) schedule(static)
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t i = i0; i < i1; ++i) {
+      const float* r0 = v + (2 * i * Hkv + h) * D;
+      const float* r1 = 2 * i + 1 < nk ? r0 + Hkv * D : nullptr;
+      uint32_t* dst = vp + (h * np + i) * D;
+      for (int64_t d = 0; d < D; d += 16) {
+        const __mmask16 m = first_lanes(D - d);
+        const __m512 a = _mm512_maskz_loadu_ps(m, r0 + d);
+        const __m512 b = r1 ? _mm512_maskz_loadu_ps(m, r1 + d) : _mm512_setzero_ps();
+        _mm512_mask_storeu_epi32(dst + d, m, pair_up(a, b));
+      }
+    }
+}
+
+inline __m512bh load_pairs(const uint32_t* p) { return (__m512bh)_mm512_load_si512(p); }
+inline __m512bh broadcast_pair(uint32_t pair) {
+  return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
+}
+
+// st[b][·] = Σ_d k[b,d] · q[·,d] for NB keys (unscaled); qp: [D/2][kBq] query pairs, k rows
+// (bf16) kstride apart.
+template <int NB, int QV>
+inline void qk_tile(const uint32_t* qp, const uint16_t* k, int64_t kstride, int64_t Dh,
+                    float* st) {
+  constexpr int kQV = QV, kBq = 16 * QV;
+  __m512 acc[NB][kQV];
+  for (int b = 0; b < NB; ++b)
+    for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < Dh; ++i) {
+    __m512bh qv[kQV];
+    for (int v = 0; v < kQV; ++v) qv[v] = load_pairs(qp + i * kBq + 16 * v);
+    for (int b = 0; b < NB; ++b) {
+      uint32_t pair;
+      std::memcpy(&pair, k + b * kstride + 2 * i, sizeof pair);
+      const __m512bh kb = broadcast_pair(pair);
+      for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_dpbf16_ps(acc[b][v], kb, qv[v]);
+    }
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int v = 0; v < kQV; ++v) _mm512_store_ps(st + b * kBq + 16 * v, acc[b][v]);
+}
+
+// acc[b][·] += v pair (i, b) · P pair (i, ·) for one key pair; `keep` drops the half of a V pair
+// whose key no row sees (kMask).
+template <int NB, int QV, bool kMask>
+inline void pv_pair(__m512 (&acc)[NB][QV], const uint32_t* ppi, const uint32_t* vi,
+                    uint32_t keep) {
+  constexpr int kQV = QV;
+  __m512bh pv[kQV];
+  for (int q = 0; q < kQV; ++q) pv[q] = load_pairs(ppi + 16 * q);
+  for (int b = 0; b < NB; ++b) {
+    uint32_t pair = vi[b];
+    if constexpr (kMask) pair &= keep;
+    const __m512bh vb = broadcast_pair(pair);
+    for (int q = 0; q < kQV; ++q) acc[b][q] = _mm512_dpbf16_ps(acc[b][q], vb, pv[q]);
+  }
+}
+
+// ot[b][·] = α · ot[b][·] + Σ_i vp[i][b] · pp[i][·] over npairs key pairs, for NB head dims b;
+// vp rows (key pairs) D apart. keep_first / keep_last mask the first and last V pair.
+template <int NB, int QV>
+inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t D,
+                    uint32_t keep_first, uint32_t keep_last, const __m512* alpha, float* ot) {
+  constexpr int kQV = QV, kBq = 16 * QV;
+  __m512 acc[NB][kQV];
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < kQV; ++q)
+      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+  if (npairs == 1) {
+    pv_pair<NB, QV, true>(acc, pp, vp, keep_first & keep_last);
+  } else if (npairs > 1) {
+    pv_pair<NB, QV, true>(acc, pp, vp, keep_first);
+    for (int i = 1; i < npairs - 1; ++i) pv_pair<NB, QV, false>(acc, pp + i * kBq, vp + i * D, 0);
+    pv_pair<NB, QV, true>(acc, pp + (npairs - 1) * kBq, vp + (npairs - 1) * D, keep_last);
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
+}
+
+template <int QV>
+struct Tiles {
+  template <int NB>
+  struct Qk {
+    static void run(const uint32_t* qp, const uint16_t* k, int64_t ks, int64_t Dh, float* st) {
+      qk_tile<NB, QV>(qp, k, ks, Dh, st);
+    }
+  };
+  template <int NB>
+  struct Pv {
+    static void run(const uint32_t* pp, int n, const uint32_t* vp, int64_t D, uint32_t kf,
+                    uint32_t kl, const __m512* a, float* ot) {
+      pv_tile<NB, QV>(pp, n, vp, D, kf, kl, a, ot);
+    }
+  };
+};
+
+// Per-thread scratch, for the largest block (kBq = kAttentionBlockQ).
+struct Scratch {
+  static constexpr int64_t kBq = kAttentionBlockQ;
+  explicit Scratch(int64_t D)
+      : qp(alloc<uint32_t>(D / 2 * kBq)), ot(alloc<float>(D * kBq)),
+        st(alloc<float>(int64_t{kBk} * kBq)), pp(alloc<uint32_t>(int64_t{kBk} / 2 * kBq)) {}
+  Buf<uint32_t> qp;  // [D/2][kBq]  query pairs (bf16)
+  Buf<float> ot;     // [D][kBq]    running numerator
+  Buf<float> st;     // [kBk][kBq]  unscaled scores
+  Buf<uint32_t> pp;  // [kBk/2][kBq] probability pairs (bf16)
+};
+
+// K and V of one call in bf16: k16 [nk, Hkv, D], vp [Hkv][⌈nk/2⌉][D] key pairs.
+struct PackedKv {
+  const uint16_t* k16;
+  const uint32_t* vp;
+  int64_t np;  // key pairs per head
+};
+
+// One (head, query block) work unit; see attend_block in attention.cpp for the f32 original.
+template <int QV>
+void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
+  constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
+  const int64_t D = pb.D, Dh = D / 2;
+  const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
+  const int64_t kvh = h / (pb.Hq / pb.Hkv);
+  const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
+  const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+
+  // Qp[i][r] = (q[i0 + r, h, 2i], q[i0 + r, h, 2i + 1]) in bf16, padded rows 0.
+  uint32_t* qp = s.qp.get();
+  for (int r = 0; r < kBq; ++r) {
+    if (r < nrows) {
+      const float* qr = pb.q + (i0 + r) * qstride + h * D;
+      for (int64_t i = 0; i < Dh; ++i)
+        qp[i * kBq + r] = bf16_bits(qr[2 * i]) | bf16_bits(qr[2 * i + 1]) << 16;
+    } else {
+      for (int64_t i = 0; i < Dh; ++i) qp[i * kBq + r] = 0u;
+    }
+  }
+  float* ot = s.ot.get();
+  std::memset(ot, 0, sizeof(float) * D * kBq);
+  float* st = s.st.get();
+  uint32_t* pp = s.pp.get();
+
+  const __m512 c = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));
+  __m512 m[kQV], l[kQV], alpha[kQV];
+  for (int v = 0; v < kQV; ++v) {
+    m[v] = _mm512_set1_ps(kNegInf);
+    l[v] = _mm512_setzero_ps();
+  }
+  const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+
+  const KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
+  // Blocks start on a key pair: an odd first visible key brings the (invisible) one before it.
+  const int64_t start = range.lo < range.hi ? range.lo & ~int64_t{1} : range.hi;
+  for (int64_t j0 = start; j0 < range.hi; j0 += kBk) {
+    const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
+    const int npairs = (nkeys + 1) / 2;
+    const uint16_t* kb = kv.k16 + j0 * kvstride + kvh * D;
+    const uint32_t* vb = kv.vp + (kvh * kv.np + j0 / 2) * D;
+
+    // S = K·Qᵀ for this key block, unscaled.
+    for (int j = 0; j < nkeys; j += kNB)
+      dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * kvstride, kvstride, Dh,
+                               st + j * kBq);
+
+    // Mask exactly as the f32 kernel: key j (position kp) is visible to rows r_min <= r < r_max.
+    const int64_t kp0 = pb.kv_pos0 + j0;
+    auto r_min = [&](int64_t kp) {
+      return pb.mask.causal ? std::clamp<int64_t>(kp - qa, 0, kBq) : int64_t{0};
+    };
+    auto r_max = [&](int64_t kp) {
+      return pb.mask.window > 0 ? std::clamp<int64_t>(kp + pb.mask.window - qa, 0, kBq)
+                                : int64_t{kBq};
+    };
+    const bool full = r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
+    if (!full) {
+      for (int j = 0; j < nkeys; ++j) {
+        const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
+        const __m512i hi = _mm512_set1_epi32(static_cast<int>(r_max(kp0 + j)));
+        for (int v = 0; v < kQV; ++v) {
+          const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
+          const __mmask16 vis = _mm512_cmpge_epi32_mask(r, lo) & _mm512_cmplt_epi32_mask(r, hi);
+          float* p = st + j * kBq + 16 * v;
+          _mm512_store_ps(p, _mm512_mask_blend_ps(vis, neg_inf, _mm512_load_ps(p)));
+        }
+      }
+    }
+
+    // Online softmax in base 2 on c·S: the block's row max is c·max_j S (c > 0).
+    __m512 mx[kQV], muse[kQV], sum[kQV];
+    for (int v = 0; v < kQV; ++v) mx[v] = neg_inf;
+    for (int j = 0; j < nkeys; ++j)
+      for (int v = 0; v < kQV; ++v)
+        mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * kBq + 16 * v));
+    for (int v = 0; v < kQV; ++v) {
+      mx[v] = _mm512_max_ps(m[v], _mm512_mul_ps(c, mx[v]));
+      // Subtract 0 for rows that still see nothing, so their 2^(s - m) is 2^-inf = 0, not NaN.
+      muse[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], neg_inf, _CMP_EQ_OQ), mx[v],
+                                     _mm512_setzero_ps());
+      alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse[v]));
+      sum[v] = _mm512_setzero_ps();
+    }
+    // P = 2^(c·S - m), summed in f32 and packed to bf16 key pairs for PV.
+    for (int i = 0; i < npairs; ++i) {
+      const float* s0 = st + 2 * i * kBq;
+      const bool second = 2 * i + 1 < nkeys;
+      for (int v = 0; v < kQV; ++v) {
+        const __m512 e0 = cpu::exp2_ps(_mm512_fmsub_ps(c, _mm512_load_ps(s0 + 16 * v), muse[v]));
+        const __m512 e1 =
+            second ? cpu::exp2_ps(_mm512_fmsub_ps(c, _mm512_load_ps(s0 + kBq + 16 * v), muse[v]))
+                   : _mm512_setzero_ps();
+        sum[v] = _mm512_add_ps(sum[v], _mm512_add_ps(e0, e1));
+        _mm512_store_si512(pp + i * kBq + 16 * v, pair_up(e0, e1));
+      }
+    }
+    for (int v = 0; v < kQV; ++v) {
+      l[v] = _mm512_fmadd_ps(l[v], alpha[v], sum[v]);
+      m[v] = mx[v];
+    }
+
+    // Ot = α·Ot + Vᵀ·P. The first pair's even key is unseen when the window started on an odd
+    // key; the last pair's odd key is past the block when nkeys is odd.
+    const uint32_t keep_first = (j0 < range.lo) ? 0xffff0000u : 0xffffffffu;
+    const uint32_t keep_last = (nkeys % 2) ? 0x0000ffffu : 0xffffffffu;
+    for (int64_t d = 0; d < D; d += kNB)
+      dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs,
+                               vb + d, D, keep_first, keep_last, alpha, ot + d * kBq);
+  }
+
+  // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.
+  alignas(64) float mrow[kBq], lrow[kBq];
+  for (int v = 0; v < kQV; ++v) {
+    _mm512_store_ps(mrow + 16 * v, m[v]);
+    _mm512_store_ps(lrow + 16 * v, l[v]);
+  }
+  for (int r = 0; r < nrows; ++r) {
+    const RowFinal f = finish_row(mrow[r], lrow[r], pb.sinks, h);
+    float* orow = pb.out + (i0 + r) * qstride + h * D;
+    for (int64_t d = 0; d < D; ++d) orow[d] = ot[d * kBq + r] * f.out_factor;
+    pb.lse[(i0 + r) * pb.Hq + h] = f.lse;
+  }
+}
+
+void run_kernel(const Problem& pb) {
+  const int64_t D = pb.D, kvstride = pb.Hkv * D, np = (pb.nk + 1) / 2;
+  const Buf<uint16_t> k16 = alloc<uint16_t>(pb.nk * kvstride);
+  const Buf<uint32_t> vp = alloc<uint32_t>(pb.Hkv * np * D);
+  const PackedKv kv{k16.get(), vp.get(), np};
+  // Only the keys some query sees (from an even index) are converted: the blocks read no other.
+  KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
+  used.lo &= ~int64_t{1};
+  const int qv = query_vectors(pb.mask), bq = 16 * qv;
+  const int64_t nqb = (pb.nq + bq - 1) / bq;
+  const int64_t tasks = nqb * pb.Hq;
+#pragma omp parallel
+  {
+    // K and V to bf16 once per call (each omp for ends in a barrier); untouched rows stay
+    // unallocated pages.
+#pragma omp for schedule(static)
+    for (int64_t j = used.lo; j < used.hi; ++j)
+      to_bf16(pb.k + j * kvstride, kvstride, k16.get() + j * kvstride);
+    pack_v_pairs(pb.v, pb.nk, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
+
+    Scratch s(D);
+    // As the f32 kernel: later (longer) query blocks first, GQA heads of a block together.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t qb = nqb - 1 - t / pb.Hq;
+      if (qv == 2)
+        attend_block<2>(pb, kv, t % pb.Hq, qb * bq, s);
+      else
+        attend_block<4>(pb, kv, t % pb.Hq, qb * bq, s);
+    }
+  }
+}
+
+#endif  // SLOPE_ATTENTION_BF16
+
+// Logs `why` the first time it is called with that flag.
+void say_once(std::atomic<bool>& said, const char* why) {
+  if (!said.exchange(true)) slope::log(LogLevel::Warn, why);
+}
+
+}  // namespace
+
+bool run_bf16(const Problem& pb) {
+  static std::atomic<bool> said_cpu{false}, said_shape{false};
+  if (!bf16_attention_supported()) {
+    say_once(said_cpu,
+             "bf16 attention: this CPU or this build lacks AVX512-BF16 (vdpbf16ps); attention "
+             "runs the f32 kernel");
+    return false;
+  }
+  if (pb.D % 2 != 0 || !(pb.scale > 0.0f) || !std::isfinite(pb.scale)) {
+    say_once(said_shape,
+             "bf16 attention: an odd head_dim or a scale that is not positive and finite; that "
+             "attention runs the f32 kernel");
+    return false;
+  }
+#if SLOPE_ATTENTION_BF16
+  run_kernel(pb);
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace attention_detail
+
+bool bf16_attention_supported() {
+#if SLOPE_ATTENTION_BF16
+  static const bool cpu_has = __builtin_cpu_supports("avx512bf16");
+  return cpu_has;
+#else
+  return false;
+#endif
+}
+
+}  // namespace slope::kernels
