@@ -13,7 +13,8 @@ gpt-oss model, under a load of three client threads sending completions one afte
   (c) mid-pipeline: rank 0 of pp=2 while both stages compute;
   (d) during a KV pull: a /v1/prefill's handle pulled with slope_client.pull from every rank,
       rank 1 of the instance killed once the client has received its first tensor;
-  (e) four kills at random moments (seeded): a random instance, rank and delay.
+  (e) four kills at random moments (seeded): a random instance, rank and delay;
+  (f) ring=1's rank killed, then its replacement killed as it starts (before its hello).
 Each time: the request in flight gets a 5xx naming the instance within --timeout + 5 s (for the
 pull: a KvTransferError naming the rank), the other instances' requests all succeed meanwhile,
 the instance is restarted (/health: ready, one more restart) and serves again, and the lease of
@@ -171,6 +172,9 @@ def main():
                 kill_when(srv, load, i, rank, label, lambda pids, d=delay: (time.sleep(d), time.time())[1],
                           want_in_flight=False, attempts=1)
 
+            # (f) a kill while the instance restarts: the new job's rank dies before its hello.
+            kill_while_restarting(srv, load, 2)
+
             time.sleep(2)
             stopped = load.stop()
             check(stopped, "every client thread finished (no request hangs)")
@@ -241,6 +245,56 @@ def kv_pull(srv, load, vocab):
         err2 = e
     check(err2 is not None and time.time() - t0 <= TIMEOUT_S + SLACK_S,
           f"{label}: pulling the dead handle again fails at once: {type(err2).__name__}: {err2}")
+    _, hit, named, others, _ = fault_window_checks(load, f)
+    check(len(hit) == len(named), f"{label}: every failed request names the faulted instance")
+    check(len(others) > 0, f"{label}: the other instances served {len(others)} request(s) meanwhile")
+
+
+def new_rank(server_pid, old, sock):
+    """A `slope instance` process of the server's (its parent, mpirun, is the server's child)
+    on the unix socket `sock` (instanceI.sock: one instance), not in `old`, or None."""
+    def stat(pid):
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) in old:
+            continue
+        try:
+            with open(f"/proc/{name}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+            if len(argv) < 2 or argv[1] != b"instance" or not any(a.endswith(sock.encode()) for a in argv):
+                continue
+            launcher = int(stat(name)[1])
+            if int(stat(launcher)[1]) == server_pid:
+                return int(name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+def kill_while_restarting(srv, load, i):
+    label = f"(f) a new rank of the restarting instance {i}"
+    _, _, h = srv.request("GET", "/health")
+    inst = h["instances"][i]
+    old = {p for x in h["instances"] for p in x["pids"]}
+    log_at = len(srv.stderr())
+    start = time.time()
+    os.kill(inst["pids"][0], signal.SIGKILL)
+    victim, end = None, time.time() + 60
+    while victim is None and time.time() < end:
+        victim = new_rank(srv.proc.pid, old, f"/instance{i}.sock")
+        time.sleep(0.005)
+    if not check(victim is not None, f"{label}: the restart's new rank appears"):
+        return
+    kill = time.time()
+    os.kill(victim, signal.SIGKILL)
+    f = {"what": label, "instance": i, "mesh": inst["mesh"], "start": start, "kill": kill, "rank": 0}
+    f["ready"] = recover(srv, load, i, inst["restarts"], label)
+    faults.append(f)
+    log = srv.stderr()[log_at:]
+    check("while starting" in log and "trying again" in log,
+          f"{label}: the front saw the new job fail while starting and tried again "
+          f"({[l for l in log.splitlines() if 'while starting' in l][:1]})")
     _, hit, named, others, _ = fault_window_checks(load, f)
     check(len(hit) == len(named), f"{label}: every failed request names the faulted instance")
     check(len(others) > 0, f"{label}: the other instances served {len(others)} request(s) meanwhile")
