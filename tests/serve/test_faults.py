@@ -83,7 +83,7 @@ def fault_window_checks(load, f):
     others' requests meanwhile all succeed (some of them answered while it was down)."""
     recs = load.snapshot()
     hit = [r for r in recs if r["status"] != 200 and r["status"] != 429 and
-           f["start"] - 1 <= r["answered"] <= f["kill"] + TIMEOUT_S + SLACK_S]
+           f["start"] <= r["answered"] <= f["kill"] + TIMEOUT_S + SLACK_S]
     named = [r for r in hit if isinstance(r["status"], int) and 500 <= r["status"] < 600 and
              names_instance(r.get("message"), f["mesh"])]
     in_flight = [r for r in named if r["sent"] < f["kill"] and "during the request" in r.get("message", "")]
@@ -246,7 +246,8 @@ def kv_pull(srv, load, vocab):
     check(err2 is not None and time.time() - t0 <= TIMEOUT_S + SLACK_S,
           f"{label}: pulling the dead handle again fails at once: {type(err2).__name__}: {err2}")
     _, hit, named, others, _ = fault_window_checks(load, f)
-    check(len(hit) == len(named), f"{label}: every failed request names the faulted instance")
+    check(len(hit) == len(named), f"{label}: every failed request names the faulted instance "
+          f"({[(round(r['answered'] - f['kill'], 2), r['status'], r.get('message', '')[:160]) for r in hit if r not in named]})")
     check(len(others) > 0, f"{label}: the other instances served {len(others)} request(s) meanwhile")
 
 
@@ -296,7 +297,8 @@ def kill_while_restarting(srv, load, i):
           f"{label}: the front saw the new job fail while starting and tried again "
           f"({[l for l in log.splitlines() if 'while starting' in l][:1]})")
     _, hit, named, others, _ = fault_window_checks(load, f)
-    check(len(hit) == len(named), f"{label}: every failed request names the faulted instance")
+    check(len(hit) == len(named), f"{label}: every failed request names the faulted instance "
+          f"({[(round(r['answered'] - kill, 2), r['status'], r.get('message', '')[:160]) for r in hit if r not in named]})")
     check(len(others) > 0, f"{label}: the other instances served {len(others)} request(s) meanwhile")
 
 
@@ -309,7 +311,7 @@ def final_checks(srv, load):
           f"5xx {c['5xx']} (client errors {c['client_error']}, other {c['other']})")
     check(c["client_error"] == 0 and c["other"] == 0, "no client error, no other status")
     stray = [r for r in recs if isinstance(r["status"], int) and 500 <= r["status"] < 600 and not any(
-        names_instance(r.get("message"), f["mesh"]) and f["start"] - 1 <= r["answered"] <= f["ready"] + 1 for f in faults)]
+        names_instance(r.get("message"), f["mesh"]) and f["start"] <= r["answered"] <= f["ready"] + 1 for f in faults)]
     check(not stray, f"every 5xx names an instance that was faulted at that moment ({len(stray)} do not: "
           f"{[r.get('message', '')[:160] for r in stray[:3]]})")
     longest = max((r["answered"] - r["sent"] for r in recs), default=0)
