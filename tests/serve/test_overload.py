@@ -79,6 +79,12 @@ def fake_run(d, *, p99_over=False, missing=False, growing=False, degraded=False,
         f.write("0\n")
 
 
+def said_rate(out):
+    """The rate bench_overload.sh offered, from its load.txt ("... = R requests/s ...")."""
+    with open(os.path.join(out, "load.txt")) as f:
+        return f.read().split("= ")[1].split()[0]
+
+
 def run_checker(d, *extra):
     r = subprocess.run([sys.executable, CHECK, d, "--slo-ms", "5000", *extra], capture_output=True, text=True)
     return r.returncode, r.stdout + r.stderr
@@ -135,7 +141,7 @@ def main():
             check(False, f"bench_overload.sh exited {r.returncode}")
             return 1
         # The verdict for CI: the same checks, the TTFT one at p95 if the machine was busy.
-        rc, verdict = run_checker(out, "--relax-when-busy")
+        rc, verdict = run_checker(out, "--relax-when-busy", "--rate", said_rate(out), "--duration", duration)
         print("CI verdict (--relax-when-busy):\n" + verdict)
         with open(os.path.join(out, "checks.json")) as f:
             c = json.load(f)
@@ -147,8 +153,7 @@ def main():
         with open(os.path.join(out, "predict.jsonl")) as f:
             service = [json.loads(line)["service_s"] for line in f if line.strip()]
         want = 2 * 2 / (sum(service) / len(service))
-        with open(os.path.join(out, "load.txt")) as f:
-            said = float(f.read().split("= ")[1].split()[0])
+        said = float(said_rate(out))
         check(len(service) == 6 and abs(said - want) < 1e-3 * want, f"offered {said} req/s, want {want:.4f}")
         check(c["rejected"] > 0, "nothing was refused at 2x the capacity: the run did not overload the server")
         if failures:

@@ -169,9 +169,10 @@ double Scheduler::running_left_s(int i, double now) const {
 }
 
 // The running pass's end under the admission bound. A pass that has overrun even that is
-// expected to go on for as long again as it has overrun so far: something slows the machine
-// (another process on its cores, a stall), and a stall that has lasted x is no shorter than x.
-// Counting it as ending now would admit work behind a pass that is known to be late.
+// expected to go on for as long again as it has overrun so far: something is slowing the
+// machine (another process on its cores, a stall), nothing says for how long, and the time it
+// has lasted is the best guess of how much longer it lasts. Counting the pass as ending now
+// would admit work behind a pass that is known to be late.
 double Scheduler::running_bound_s(int i, double now) const {
   const InstanceState& st = state_[size_t(i)];
   if (!st.running) return 0;
