@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -45,9 +46,15 @@ class Predictor {
   double pass_seconds(int i, const std::vector<int64_t>& lengths) const;
   // The same without the correction: the cost model alone.
   double model_seconds(int i, const std::vector<int64_t>& lengths) const;
-  // A measured pass: updates instance i's correction factor.
+  // A measured pass: updates instance i's correction factor and its admission bound.
   void observe(int i, const std::vector<int64_t>& lengths, double measured_s);
   double correction(int i) const;
+  // The factor admission multiplies the cost model by: a high quantile of measured / model over
+  // instance i's last kBoundWindow passes (the kBoundQuantile one by nearest rank: with 0.99
+  // and 32 passes, the largest), never below correction(i). Before any pass, correction(i).
+  double bound(int i) const;
+  // Passes measured on instance i since the start (a restart keeps them: same machine).
+  int64_t observed(int i) const;
   const std::vector<InstanceSpec>& instances() const { return instances_; }
 
   // The correction is an EWMA of log(measured / model) with weight kCorrectionWeight per pass,
@@ -55,6 +62,15 @@ class Predictor {
   // after 6 passes (0.7^6 · ln 2 < ln 1.1), and one outlier moves it by at most 0.3 in log.
   static constexpr double kCorrectionWeight = 0.3;
   static constexpr double kMinCorrection = 0.05, kMaxCorrection = 20;
+  // The correction is the best single guess of the next pass; admission must hold for nearly
+  // every pass, so it takes a high quantile of the recent ratios instead. 32 passes are a few
+  // seconds to a minute of load: long enough to hold a bad spell of a busy machine, short
+  // enough to follow a machine that has become faster for good.
+  static constexpr int kBoundWindow = 32;
+  static constexpr double kBoundQuantile = 0.99;
+  // The largest of n ratios is exceeded by the next one with chance 1/(n+1): until an instance
+  // has measured this many passes its bound says little, and it takes a job only when idle.
+  static constexpr int kCalibrationPasses = 4;
 
  private:
   const InstanceSpec& spec(int i) const;
@@ -63,6 +79,8 @@ class Predictor {
   std::vector<InstanceSpec> instances_;
   planner::CostOptions options_;
   std::vector<double> log_correction_;  // per instance; 0 = the cost model as is
+  std::vector<std::deque<double>> ratios_;  // per instance: the last kBoundWindow measured / model
+  std::vector<int64_t> observed_;
 };
 
 struct Job {
@@ -149,6 +167,7 @@ class Scheduler {
   bool before(const Queued& a, const Queued& b) const;  // runs earlier under policy_
   void check_instance(int i) const;
   double running_left_s(int i, double now) const;
+  double running_bound_s(int i, double now) const;  // the same under Predictor::bound
   double queued_s(int i) const;  // corrected seconds of the whole queue
   Admission submit_slo(const Job& job, const std::vector<int>& candidates, double now);
   Admission submit_fcfs(const Job& job, const std::vector<int>& candidates, double now);

@@ -3,11 +3,13 @@
 // scheduler, so a wrong backlog, order or correction shows up as a wrong admission or order.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
 #include "../error_of.h"
+#include "slope/core/error.h"
 #include "../planner/planner_fixtures.h"
 #include "slope/serve/scheduler.h"
 
@@ -46,6 +48,15 @@ Job job(uint64_t id, int64_t tokens, double arrival, double slo, int priority = 
   j.priority = priority;
   j.best_effort = best_effort;
   return j;
+}
+
+// The first passes measured on each instance exactly as the cost model predicts: the correction
+// and the admission bound stay 1, so every time below is the cost model's, and the instances are
+// past their calibration (before it, an instance takes one job at a time).
+Predictor calibrated(Predictor p) {
+  for (int i = 0; i < int(p.instances().size()); ++i)
+    for (int k = 0; k < Predictor::kCalibrationPasses; ++k) p.observe(i, {1024}, p.model_seconds(i, {1024}));
+  return p;
 }
 
 std::vector<uint64_t> ids_of(const Pass& p) {
@@ -134,9 +145,113 @@ TEST(ServePredictor, CorrectionConvergesFromAProfileTwiceOff) {
   }
 }
 
-TEST(ServeScheduler, EarliestDeadlineFirstThenPriorityThenArrival) {
+// The admission bound is the nearest-rank 0.99 quantile of the last 32 measured / model ratios:
+// with 32 at most, their largest. Worked out here from the list of ratios fed in: the largest,
+// old ratios leave the window, and it is never below the correction.
+TEST(ServePredictor, BoundIsTheSlowestOfTheRecentRatios) {
+  Fixture f;
+  Predictor p(f.cfg, f.hw, {small_instance()});
+  const double m = p.model_seconds(0, {1024});
+  EXPECT_DOUBLE_EQ(p.bound(0), 1.0);  // nothing measured: the cost model as is
+  EXPECT_EQ(p.observed(0), 0);
+  std::vector<double> fed;
+  auto feed = [&](double ratio, int times) {
+    for (int k = 0; k < times; ++k) {
+      p.observe(0, {1024}, ratio * m);
+      fed.push_back(ratio);
+    }
+  };
+  auto slowest = [&] {  // the reference: the largest of the last 32
+    return *std::max_element(fed.end() - std::min<ptrdiff_t>(32, ptrdiff_t(fed.size())), fed.end());
+  };
+  feed(1.0, 10);
+  feed(3.0, 1);
+  EXPECT_NEAR(p.bound(0), 3.0, 1e-12);
+  EXPECT_LT(p.correction(0), 1.5);  // while the mean has moved a little
+  feed(1.0, 31);                    // the 3 is the oldest of the 32
+  EXPECT_NEAR(slowest(), 3.0, 1e-12);
+  EXPECT_NEAR(p.bound(0), 3.0, 1e-12);
+  feed(1.2, 1);  // and now it has left the window
+  EXPECT_NEAR(slowest(), 1.2, 1e-12);
+  EXPECT_NEAR(p.bound(0), 1.2, 1e-12);
+  feed(0.5, 32);  // a machine that became faster: the bound follows once the window is full of it
+  EXPECT_NEAR(p.bound(0), std::max(p.correction(0), 0.5), 1e-12);
+  EXPECT_NEAR(p.bound(0), 0.5, 1e-3);
+  feed(0.05 / 10, 1);  // clamped like the correction
+  EXPECT_NEAR(p.bound(0), std::max(p.correction(0), 0.5), 1e-12);
+  EXPECT_EQ(p.observed(0), int64_t(fed.size()));
+}
+
+// Recent passes ran at the cost model's time, one before them at twice it: the correction is
+// back near 1, but admission holds against the 2x that the window has seen. A job that fits
+// under the correction and not under 2x is refused; one that fits under 2x is admitted.
+TEST(ServeScheduler, AdmitsUnderTheBoundNotUnderTheMean) {
+  for (double factor : {1.5, 2.05}) {
+    Fixture f;
+    Predictor p = calibrated(Predictor(f.cfg, f.hw, {small_instance()}));
+    p.observe(0, {4096}, 2 * f.ttft(kOneRank, 4096));
+    for (int k = 0; k < 5; ++k) p.observe(0, {4096}, f.ttft(kOneRank, 4096));
+    ASSERT_LT(p.correction(0), 1.05);
+    Scheduler s(std::move(p), Policy::Slo, f.clock);
+    ASSERT_TRUE(s.submit(job(1, 4096, f.now, 100)).admitted);
+    ASSERT_TRUE(s.next(0));
+    const double sum = f.ttft(kOneRank, 4096) + f.ttft(kOneRank, 2048);  // the running pass, then its own
+    const Admission a = s.submit(job(2, 2048, f.now, factor * sum));
+    EXPECT_EQ(a.admitted, factor > 2) << a.reason;
+    EXPECT_NEAR(a.predicted_ttft_s, s.predictor().correction(0) * sum, 1e-9);  // what it is told: the mean
+    if (!a.admitted) {
+      EXPECT_EQ(a.rejection, Rejection::Deadline);
+      EXPECT_HAS(a.reason, "with the margin of");
+    }
+  }
+}
+
+// A running pass that has overrun its bound by x is expected to take x more, not to end now.
+TEST(ServeScheduler, APassThatOverranIsExpectedToGoOnAsLongAgain) {
+  for (double extra : {0.5, 1.05}) {
+    Fixture f;
+    Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
+    const double t8 = f.ttft(kOneRank, 8192), t1 = f.ttft(kOneRank, 1024);
+    ASSERT_TRUE(s.submit(job(1, 8192, f.now, 100)).admitted);
+    ASSERT_TRUE(s.next(0));
+    f.now += 2 * t8;  // it should have ended t8 ago
+    const Admission a = s.submit(job(2, 1024, f.now, t1 + extra * t8));
+    EXPECT_EQ(a.admitted, extra > 1) << a.reason;
+  }
+}
+
+// Until it has measured kCalibrationPasses passes an instance knows too little of the machine:
+// it takes a job only when idle. After them (each measured twice the model) it queues again,
+// on the measurements.
+TEST(ServeScheduler, AnInstanceTakesOneJobAtATimeUntilItHasMeasuredItsFirstPasses) {
   Fixture f;
   Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+  const double t1 = f.ttft(kOneRank, 1024);
+  for (int k = 0; k < Predictor::kCalibrationPasses; ++k) {
+    ASSERT_TRUE(s.submit(job(10 * k + 1, 1024, f.now, 10)).admitted);
+    const Admission second = s.submit(job(10 * k + 2, 1024, f.now, 10));
+    EXPECT_FALSE(second.admitted);
+    EXPECT_EQ(second.rejection, Rejection::Deadline);
+    EXPECT_HAS(second.reason, str_cat("has measured ", k, " of the ", Predictor::kCalibrationPasses, " passes"));
+    EXPECT_GE(second.retry_after_s, 1.0);
+    auto p = s.next(0);
+    ASSERT_TRUE(p);
+    f.now += 2 * t1;
+    s.complete(0, *p, 2 * t1);
+  }
+  EXPECT_TRUE(s.submit(job(101, 1024, f.now, 4.5 * t1)).admitted);
+  EXPECT_TRUE(s.submit(job(102, 1024, f.now, 4.5 * t1)).admitted);
+  EXPECT_EQ(s.queue_depth(0), 2);
+  // Its bound is the measured 2x: behind the two, a third 1024 finishes at 6 t1, not at the
+  // correction's 3 · 2^(1 − 0.7^4) t1 = 5.07 t1.
+  EXPECT_NEAR(s.predictor().correction(0), std::pow(2.0, 1 - std::pow(0.7, 4)), 1e-9);
+  EXPECT_FALSE(s.submit(job(103, 1024, f.now, 5.5 * t1)).admitted);
+  EXPECT_TRUE(s.submit(job(104, 1024, f.now, 6 * t1 + 1e-6)).admitted);
+}
+
+TEST(ServeScheduler, EarliestDeadlineFirstThenPriorityThenArrival) {
+  Fixture f;
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
   // Generous targets so that every job is admitted; deadlines in scrambled order.
   ASSERT_TRUE(s.submit(job(1, 1024, f.now, 50)).admitted);
   ASSERT_TRUE(s.submit(job(2, 1024, f.now, 20)).admitted);
@@ -156,7 +271,7 @@ TEST(ServeScheduler, EarliestDeadlineFirstThenPriorityThenArrival) {
 TEST(ServeScheduler, AdmitsAtTheBoundaryAndRejectsJustPastIt) {
   for (double eps : {1e-7, -1e-7}) {
     Fixture f;
-    Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+    Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
     ASSERT_TRUE(s.submit(job(1, 8192, f.now, 10)).admitted);
     auto running = s.next(0);
     ASSERT_TRUE(running);
@@ -185,7 +300,7 @@ TEST(ServeScheduler, AdmitsAtTheBoundaryAndRejectsJustPastIt) {
 
 TEST(ServeScheduler, RetryAfterIsWhenTheBacklogHasDrained) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
   // About 4 s of work, each job due 0.02 s after its predicted finish: the new job can neither
   // go ahead of them (it would push them over) nor meet its target behind them.
   double queued = 0;
@@ -204,7 +319,7 @@ TEST(ServeScheduler, RetryAfterIsWhenTheBacklogHasDrained) {
 
 TEST(ServeScheduler, AnSloBelowTheIdleTimeIsUnreachable) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
   const Admission a = s.submit(job(1, 8192, f.now, f.ttft(kOneRank, 8192) / 2));
   EXPECT_FALSE(a.admitted);
   EXPECT_EQ(a.rejection, Rejection::Unreachable);
@@ -217,7 +332,7 @@ TEST(ServeScheduler, AnSloBelowTheIdleTimeIsUnreachable) {
 TEST(ServeScheduler, DoesNotAdmitAJobThatMakesAQueuedOneMiss) {
   for (double margin : {+1e-3, -1e-3}) {
     Fixture f;
-    Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+    Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
     // Job 1 (8192) meets with `slack` to spare; job 2 (1024, earlier deadline) goes ahead of it.
     const double t1 = f.ttft(kOneRank, 8192), t2 = f.ttft(kOneRank, 1024);
     const double slack = t2 + margin;  // job 2 fits in it when margin > 0
@@ -236,7 +351,7 @@ TEST(ServeScheduler, DoesNotAdmitAJobThatMakesAQueuedOneMiss) {
 
 TEST(ServeScheduler, RoutesByLengthToTheInstanceThatMeetsIt) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance(), big_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance(), big_instance()})), Policy::Slo, f.clock);
   // Both meet a short prompt: the small instance takes it, though the big one is faster.
   ASSERT_LT(f.ttft(kRing4, 1024), f.ttft(kOneRank, 1024));
   Admission a = s.submit(job(1, 1024, f.now, 1.0));
@@ -261,7 +376,7 @@ TEST(ServeScheduler, RoutesByLengthToTheInstanceThatMeetsIt) {
   EXPECT_HAS(a.reason, "too long: no instance can run 200000 tokens (the longest prompt an instance takes is 131072)");
   // A short prompt that the busy small instance can no longer meet goes to the big one.
   Fixture g;
-  Scheduler t(Predictor(g.cfg, g.hw, {small_instance(), big_instance()}), Policy::Slo, g.clock);
+  Scheduler t(calibrated(Predictor(g.cfg, g.hw, {small_instance(), big_instance()})), Policy::Slo, g.clock);
   // 0.21 s queued on the small one, due 0.01 s after its predicted finish (so the short job
   // cannot pass it there either).
   ASSERT_TRUE(t.submit(job(10, 8192, g.now, g.ttft(kOneRank, 8192) + 0.01)).admitted);
@@ -276,7 +391,7 @@ TEST(ServeScheduler, EqualInstancesShareTheLoad) {
   Fixture f;
   InstanceSpec a = small_instance(), b = small_instance();
   b.name = "ring=1 #2";
-  Scheduler s(Predictor(f.cfg, f.hw, {a, b}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {a, b})), Policy::Slo, f.clock);
   std::vector<int> where;
   for (uint64_t id = 0; id < 4; ++id) where.push_back(s.submit(job(id, 4096, f.now, 10)).instance);
   EXPECT_EQ(where, (std::vector<int>{0, 1, 0, 1}));
@@ -286,7 +401,7 @@ TEST(ServeScheduler, EqualInstancesShareTheLoad) {
 // fixed, so the stream of later arrivals (deadline = arrival + 1 s) stops passing it.
 TEST(ServeScheduler, BestEffortJobsAgeInsteadOfStarving) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
   const double t = f.ttft(kOneRank, 4096);
   ASSERT_TRUE(s.submit(job(1, 4096, f.now, 1.0)).admitted);
   ASSERT_TRUE(s.submit(job(2, 4096, f.now, 1.0)).admitted);
@@ -320,7 +435,7 @@ TEST(ServeScheduler, BestEffortJobsAgeInsteadOfStarving) {
 
 TEST(ServeScheduler, BatchesShortPromptsWhileTheirDeadlinesHold) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance(2048, 4)}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance(2048, 4)})), Policy::Slo, f.clock);
   for (uint64_t id = 1; id <= 5; ++id) ASSERT_TRUE(s.submit(job(id, 1024, f.now, 10 + double(id))).admitted);
   ASSERT_TRUE(s.submit(job(6, 4096, f.now, 20)).admitted);
   ASSERT_TRUE(s.submit(job(7, 1024, f.now, 21)).admitted);
@@ -339,7 +454,7 @@ TEST(ServeScheduler, BatchesShortPromptsWhileTheirDeadlinesHold) {
 
   // A short job whose deadline holds alone but not in the larger pass is left for the next one.
   Fixture g;
-  Scheduler t(Predictor(g.cfg, g.hw, {small_instance(2048, 4)}), Policy::Slo, g.clock);
+  Scheduler t(calibrated(Predictor(g.cfg, g.hw, {small_instance(2048, 4)})), Policy::Slo, g.clock);
   const double one = t.predictor().pass_seconds(0, {1024});
   const double two = t.predictor().pass_seconds(0, {1024, 1024});
   ASSERT_LT(one + 1e-3, two);
@@ -351,7 +466,7 @@ TEST(ServeScheduler, BatchesShortPromptsWhileTheirDeadlinesHold) {
 
 TEST(ServeScheduler, CancelFreesAQueuedSlotOnly) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
   ASSERT_TRUE(s.submit(job(1, 8192, f.now, 10)).admitted);
   ASSERT_TRUE(s.submit(job(2, 8192, f.now, 11)).admitted);
   ASSERT_TRUE(s.submit(job(3, 8192, f.now, 12)).admitted);
@@ -397,7 +512,7 @@ TEST(ServeScheduler, FcfsRoutesToTheShortestPredictedBacklog) {
 
 TEST(ServeScheduler, AnInstanceGoingDownReturnsItsJobs) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance(), big_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance(), big_instance()})), Policy::Slo, f.clock);
   ASSERT_EQ(s.submit(job(1, 1024, f.now, 10)).instance, 0);
   ASSERT_EQ(s.submit(job(2, 1024, f.now, 11)).instance, 0);
   ASSERT_EQ(s.submit(job(3, 1024, f.now, 12)).instance, 0);
@@ -431,7 +546,7 @@ TEST(ServeScheduler, AnInstanceGoingDownReturnsItsJobs) {
 
 TEST(ServeScheduler, BadCallsAreClearErrors) {
   Fixture f;
-  Scheduler s(Predictor(f.cfg, f.hw, {small_instance()}), Policy::Slo, f.clock);
+  Scheduler s(calibrated(Predictor(f.cfg, f.hw, {small_instance()})), Policy::Slo, f.clock);
   EXPECT_HAS(error_of([&] { s.submit(job(1, 0, f.now, 1)); }), "at least 1 token");
   EXPECT_HAS(error_of([&] { s.submit(job(1, 10, f.now, -1)); }), "TTFT target");
   EXPECT_HAS(error_of([&] { s.submit(job(1, 10, f.now, NAN)); }), "TTFT target");
