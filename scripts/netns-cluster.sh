@@ -63,6 +63,13 @@ require_net_admin() {
     echo "netns-cluster: this machine cannot make network namespaces ('ip netns add' said: $err)" >&2
     exit 77
   fi
+  # Entering one (ip netns exec, ip -n) also needs a private mount namespace, which a chroot
+  # refuses ("mount --make-rslave /" failed) even where adding one works.
+  if ! err=$(ip netns exec "$probe" true 2>&1); then
+    ip netns del "$probe" 2>/dev/null || true
+    echo "netns-cluster: this machine cannot enter network namespaces ('ip netns exec' said: $err)" >&2
+    exit 77
+  fi
   ip netns del "$probe" 2>/dev/null || true
 }
 

