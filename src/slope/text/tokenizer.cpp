@@ -154,6 +154,15 @@ Tokenizer Tokenizer::from_json(const std::string& text) {
   }
   impl->raw_matcher.emplace(std::move(raw_p), std::move(raw_t));
   impl->normalized_matcher.emplace(std::move(norm_p), std::move(norm_t));
+  // The post-processor's special token ids are added to every encoding as they are: each must be
+  // a token of the vocabulary or an added token, or encode would give ids the model has no row for.
+  for (const Template& t : impl->post)
+    for (const auto& item : t.items)
+      if (item)
+        for (const int32_t id : *item)
+          SLOPE_CHECK(impl->added_text.count(id) || (id >= 0 && impl->model->id_to_token(id)), "tokenizer.json: ",
+                      "post_processor template adds token id ", id, ", which is neither in the vocab nor an added token; ",
+                      "fix its special_tokens ids");
   return Tokenizer(std::move(impl));
 }
 

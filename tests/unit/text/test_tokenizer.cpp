@@ -91,6 +91,14 @@ TEST(Tokenizer, MalformedFilesNameTheProblem) {
   j = byte_level();
   j["truncation"] = {{"max_length", 8}};
   EXPECT_NE(error_of(j).find("'truncation' is set"), std::string::npos) << error_of(j);
+  // A template's special token id outside the vocabulary (found by fuzz_tokenizer): encode would
+  // have emitted it as it is.
+  j = byte_level();
+  j["post_processor"] = {{"type", "TemplateProcessing"},
+                         {"single", json::array({{{"SpecialToken", {{"id", "<s>"}}}}, {{"Sequence", {{"id", "A"}}}}})},
+                         {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {100000}}, {"tokens", {"<s>"}}}}}}};
+  EXPECT_NE(error_of(j).find("adds token id 100000, which is neither in the vocab nor an added token"), std::string::npos)
+      << error_of(j);
   EXPECT_NE(error_of(json::array()).find("must be a JSON object"), std::string::npos);
   EXPECT_THROW(Tokenizer::from_json("{not json"), slope::Error);
   EXPECT_THROW(Tokenizer::from_file("/nonexistent/tokenizer.json"), slope::Error);
