@@ -25,17 +25,7 @@ slope="${SLOPE:-$root/build/release/slope}"
 [ -x "$slope" ] || { echo "bench_overload.sh: $slope is not built; cmake --build --preset release --target slope" >&2; exit 2; }
 py="$(bash "$root/scripts/serve-venv.sh")"
 mkdir -p "$out"
-models=${SLOPE_MODELS:-/tmp/models}
-base="$models/bench-gpt-oss-bf16" model="$models/serve-1l"
-[ -f "$base/model.safetensors" ] || "$slope" make-model --arch gpt-oss --preset bench --seed 1 --dtype bf16 --out "$base"
-if [ ! -f "$model/config.json" ]; then  # the first layer only (its weights are read from the whole file)
-  mkdir -p "$model" && ln -sf "$base/model.safetensors" "$model/model.safetensors"
-  python3 - "$base/config.json" "$model/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 1; c["layer_types"] = ["full_attention"]
-json.dump(c, open(sys.argv[2], "w"), indent=1)
-PY
-fi
+model="$(bash "$root/scripts/serve-model.sh" "$slope")"
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 profile="$root/profiles/cpu-zen4-1c.json"
 "$slope" plan --predict --model "$model" --hardware "$profile" --mesh 1,1,1,1 --context 256,512,1k,2k,4k,8k --json \

@@ -16,17 +16,7 @@ out=$1 rate=${2:-4} duration=${3:-90} slo_ms=${4:-5000}
 slope="$root/build/release/slope"
 py="$(bash "$root/scripts/serve-venv.sh")"
 mkdir -p "$out"
-models=${SLOPE_MODELS:-/tmp/models}
-base="$models/bench-gpt-oss-bf16" model="$models/serve-1l"
-[ -f "$base/model.safetensors" ] || "$slope" make-model --arch gpt-oss --preset bench --seed 1 --dtype bf16 --out "$base"
-if [ ! -f "$model/config.json" ]; then  # the first layer only (its weights are read from the whole file)
-  mkdir -p "$model" && ln -sf "$base/model.safetensors" "$model/model.safetensors"
-  python3 - "$base/config.json" "$model/config.json" <<'PY'
-import json, sys
-c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 1; c["layer_types"] = ["full_attention"]
-json.dump(c, open(sys.argv[2], "w"), indent=1)
-PY
-fi
+model="$(bash "$root/scripts/serve-model.sh" "$slope")"
 [ "$(id -u)" -ne 0 ] || export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 profile="$root/profiles/cpu-zen4-1c.json"
 echo "{\"peak_before\": $("$root/scripts/peak_probe.sh")}" | tee "$out/peak.json"
