@@ -31,7 +31,8 @@ namespace {
 constexpr double kRelTol = 1e-5;
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-// bf16 tolerance. The bf16 kernel rounds q, k and v to bf16 (unit roundoff u = 2^-9), multiplies
+// bf16 tolerance. The bf16 kernel rounds q, k and v to bf16 (8 significant bits, round to nearest:
+// unit roundoff u = 2^-8, reached just above a power of two), multiplies
 // and accumulates in f32, and rounds each probability to bf16 for PV. Against exact attention of
 // the unrounded inputs, per row:
 //   scores:  |s̃_j - s_j| <= δ = (2u + u²) · scale · max_j Σ_d |q_d k_jd|   (|q̃k̃ - qk| <= (2u+u²)|q||k|)
@@ -42,7 +43,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // sinks). Against exact attention of the rounded inputs, only the probability rounding and f32
 // remain: |out - ref| <= u (1 + u) V + f32, and lse is f32-exact (the sum uses the unrounded
 // probabilities). f32 is kRelTol in both.
-constexpr double kBf16Unit = 1.0 / 512;
+constexpr double kBf16Unit = 1.0 / 256;
 
 // x rounded to the nearest bf16 (8 significant bits), ties to even; computed with frexp/ldexp,
 // independently of the kernel's bit manipulation.
@@ -501,6 +502,22 @@ TEST_P(FlashAttention, SplitKeysThenMergeAndSink) {
         attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), nq, Hq, D);
 
         expect_matches(in, GetParam(), out, lse);
+        if (GetParam() == ComputeType::BF16 && runs_bf16_kernel(in)) {
+          // The bf16 kernel rounds each probability the same way wherever the keys were cut
+          // (integer running max, key pairs at even positions), so blocks merged agree with one
+          // call up to f32 summation order, far inside the bf16 bound: meshes then agree with
+          // one rank.
+          SCOPED_TRACE("split against one call, both bf16: f32 summation order only");
+          std::vector<float> one_out, one_lse;
+          run_flash(in, GetParam(), one_out, one_lse);
+          const double V = max_abs(in.v);
+          int bad = 0;
+          for (size_t i = 0; i < out.size() && bad < 3; ++i)
+            if (!(std::abs(double(out[i]) - one_out[i]) <= 2e-5 * V)) {
+              ADD_FAILURE() << "element " << i << ": split " << out[i] << ", one call " << one_out[i];
+              ++bad;
+            }
+        }
         ++n;
       }
 }

@@ -15,14 +15,21 @@
 //
 // K and V are rounded to bf16 once per call, Q once per (head, query block). q and k are rounded
 // as they are and the scores accumulated unscaled; c = scale·log2(e) is applied in the softmax
-// pass, where max_j(c·s_j) = c·max_j(s_j) (c > 0) and 2^(c·s - m) is one fmsub. So up to f32
-// rounding this is exact attention of bf16(q), bf16(k), bf16(v), except that the probabilities
-// are rounded to bf16 for PV (relative error at most 2^-9 in each weight; the denominator sums
-// the unrounded ones). The softmax, its running max and sum, and the LSE are the f32 kernel's.
+// pass, where max_j(c·s_j) = c·max_j(s_j) (c > 0). So up to f32 rounding this is exact
+// attention of bf16(q), bf16(k), bf16(v), except that the probabilities are rounded to bf16 for
+// PV (relative error at most 2^-8 in each weight; the denominator sums the unrounded ones). The
+// softmax, its running sum and the LSE are the f32 kernel's, but the running max m is rounded up
+// to an integer: then 2^(c·s - m) for two values of m differs by an exact power of two (c·s is
+// rounded once, and c·s - m is exact whenever m is near c·s), so its bf16 rounding does not
+// depend on where the keys were split into blocks or calls. Without it, a ring's K/V blocks
+// round the probabilities differently from one rank's, and bf16 activations amplify that (a
+// near tie in a MoE router picks another expert for a token).
 //
-// Key pairs start at even key indices: a window's first visible key, if odd, is preceded by the
-// key before it, which no row sees and the mask gives probability 0, and a block with an odd
-// count pairs its last key with probability 0. The V value of such an unseen partner is dropped
+// Key pairs start at even global positions (a call whose kv_pos0 is odd gets an empty slot
+// before its first key), so a sequence split into several calls (a ring's K/V blocks) pairs
+// its keys as one call does. A window's first visible key, if odd, is preceded by the key
+// before it, which no row sees and the mask gives probability 0, and a block with an odd count
+// pairs its last key with probability 0. The V value of such an unseen partner is dropped
 // from the broadcast pair (not multiplied by 0), so a NaN or Inf in a key no row may see stays
 // out, as in the f32 kernel, which never reads keys outside the visible range.
 #include "slope/kernels/attention.h"
@@ -108,21 +115,22 @@ inline __m512i pair_up(__m512 a, __m512 b) {
   return _mm512_permutexvar_epi16(interleave, (__m512i)_mm512_cvtne2ps_pbh(b, a));
 }
 
-// vp[h][i][d] = (bf16 v[2i,h,d], bf16 v[2i+1,h,d]) as one 32-bit pair (low half the even key),
-// for the pairs i0 <= i < i1 of the ⌈nk/2⌉; the missing partner of an odd last key is 0.
-// v: [nk, Hkv, D].
-void pack_v_pairs(const float* v, int64_t nk, int64_t Hkv, int64_t D, int64_t i0, int64_t i1,
-                  uint32_t* vp) {
-  const int64_t np = (nk + 1) / 2;
+// vp[h][i][d] = (bf16 v[2i - shift,h,d], bf16 v[2i + 1 - shift,h,d]) as one 32-bit pair (low
+// half the even key), for the pairs i0 <= i < i1 of the ⌈(nk + shift)/2⌉; a partner outside
+// 0 .. nk-1 is 0. v: [nk, Hkv, D].
+void pack_v_pairs(const float* v, int64_t nk, int64_t shift, int64_t Hkv, int64_t D, int64_t i0,
+                  int64_t i1, uint32_t* vp) {
+  const int64_t np = (nk + shift + 1) / 2;
 #pragma omp for collapse(2) schedule(static)
   for (int64_t h = 0; h < Hkv; ++h)
     for (int64_t i = i0; i < i1; ++i) {
-      const float* r0 = v + (2 * i * Hkv + h) * D;
-      const float* r1 = 2 * i + 1 < nk ? r0 + Hkv * D : nullptr;
+      const int64_t a = 2 * i - shift, b = a + 1;
+      const float* r0 = a >= 0 ? v + (a * Hkv + h) * D : nullptr;
+      const float* r1 = b < nk ? v + (b * Hkv + h) * D : nullptr;
       uint32_t* dst = vp + (h * np + i) * D;
       for (int64_t d = 0; d < D; d += 16) {
         const __mmask16 m = first_lanes(D - d);
-        const __m512 a = _mm512_maskz_loadu_ps(m, r0 + d);
+        const __m512 a = r0 ? _mm512_maskz_loadu_ps(m, r0 + d) : _mm512_setzero_ps();
         const __m512 b = r1 ? _mm512_maskz_loadu_ps(m, r1 + d) : _mm512_setzero_ps();
         _mm512_mask_storeu_epi32(dst + d, m, pair_up(a, b));
       }
@@ -223,11 +231,15 @@ struct Scratch {
   Buf<uint32_t> pp;  // [kBk/2][kBq] probability pairs (bf16)
 };
 
-// K and V of one call in bf16: k16 [nk, Hkv, D], vp [Hkv][⌈nk/2⌉][D] key pairs.
+// K and V of one call in bf16, indexed by key slot: slot j is key j - shift, so that key pairs
+// (slots 2i, 2i + 1) start at even global positions whatever kv_pos0 is, and a sequence split
+// into calls pairs its keys as one call does. With shift = 1 slot 0 holds no key (zeros).
+// k16 [nk + shift, Hkv, D], vp [Hkv][np][D] slot pairs.
 struct PackedKv {
   const uint16_t* k16;
   const uint32_t* vp;
-  int64_t np;  // key pairs per head
+  int64_t np;     // slot pairs per head
+  int64_t shift;  // kv_pos0 & 1
 };
 
 // One (head, query block) work unit; see attend_block in attention.cpp for the f32 original.
@@ -265,8 +277,11 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
   const __m512 neg_inf = _mm512_set1_ps(kNegInf);
 
-  const KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
-  // Blocks start on a key pair: an odd first visible key brings the (invisible) one before it.
+  // The visible keys as slots [lo, hi). Blocks start on a slot pair: an odd first visible slot
+  // brings the one before it, which no row sees (masked below) or holds no key.
+  KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
+  range.lo += kv.shift;
+  range.hi += kv.shift;
   const int64_t start = range.lo < range.hi ? range.lo & ~int64_t{1} : range.hi;
   for (int64_t j0 = start; j0 < range.hi; j0 += kBk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
@@ -279,8 +294,9 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * kvstride, kvstride, Dh,
                                st + j * kBq);
 
-    // Mask exactly as the f32 kernel: key j (position kp) is visible to rows r_min <= r < r_max.
-    const int64_t kp0 = pb.kv_pos0 + j0;
+    // Mask exactly as the f32 kernel: key j (position kp) is visible to rows r_min <= r < r_max;
+    // a slot before range.lo to none.
+    const int64_t kp0 = pb.kv_pos0 - kv.shift + j0;
     auto r_min = [&](int64_t kp) {
       return pb.mask.causal ? std::clamp<int64_t>(kp - qa, 0, kBq) : int64_t{0};
     };
@@ -288,11 +304,12 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       return pb.mask.window > 0 ? std::clamp<int64_t>(kp + pb.mask.window - qa, 0, kBq)
                                 : int64_t{kBq};
     };
-    const bool full = r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
+    const bool full = j0 >= range.lo && r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
     if (!full) {
       for (int j = 0; j < nkeys; ++j) {
+        const bool none = j0 + j < range.lo;
         const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
-        const __m512i hi = _mm512_set1_epi32(static_cast<int>(r_max(kp0 + j)));
+        const __m512i hi = _mm512_set1_epi32(none ? 0 : static_cast<int>(r_max(kp0 + j)));
         for (int v = 0; v < kQV; ++v) {
           const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
           const __mmask16 vis = _mm512_cmpge_epi32_mask(r, lo) & _mm512_cmplt_epi32_mask(r, hi);
@@ -309,7 +326,9 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       for (int v = 0; v < kQV; ++v)
         mx[v] = _mm512_max_ps(mx[v], _mm512_load_ps(st + j * kBq + 16 * v));
     for (int v = 0; v < kQV; ++v) {
-      mx[v] = _mm512_max_ps(m[v], _mm512_mul_ps(c, mx[v]));
+      // The running max is kept an integer (the ceiling), see the top of the file.
+      mx[v] = _mm512_max_ps(
+          m[v], _mm512_roundscale_ps(_mm512_mul_ps(c, mx[v]), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC));
       // Subtract 0 for rows that still see nothing, so their 2^(s - m) is 2^-inf = 0, not NaN.
       muse[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], neg_inf, _CMP_EQ_OQ), mx[v],
                                      _mm512_setzero_ps());
@@ -321,9 +340,10 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       const float* s0 = st + 2 * i * kBq;
       const bool second = 2 * i + 1 < nkeys;
       for (int v = 0; v < kQV; ++v) {
-        const __m512 e0 = cpu::exp2_ps(_mm512_fmsub_ps(c, _mm512_load_ps(s0 + 16 * v), muse[v]));
+        const __m512 e0 =
+            cpu::exp2_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + 16 * v)), muse[v]));
         const __m512 e1 =
-            second ? cpu::exp2_ps(_mm512_fmsub_ps(c, _mm512_load_ps(s0 + kBq + 16 * v), muse[v]))
+            second ? cpu::exp2_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + kBq + 16 * v)), muse[v]))
                    : _mm512_setzero_ps();
         sum[v] = _mm512_add_ps(sum[v], _mm512_add_ps(e0, e1));
         _mm512_store_si512(pp + i * kBq + 16 * v, pair_up(e0, e1));
@@ -358,13 +378,16 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
 }
 
 void run_kernel(const Problem& pb) {
-  const int64_t D = pb.D, kvstride = pb.Hkv * D, np = (pb.nk + 1) / 2;
-  const Buf<uint16_t> k16 = alloc<uint16_t>(pb.nk * kvstride);
+  const int64_t D = pb.D, kvstride = pb.Hkv * D, shift = pb.kv_pos0 & 1;
+  const int64_t slots = pb.nk + shift, np = (slots + 1) / 2;
+  const Buf<uint16_t> k16 = alloc<uint16_t>(slots * kvstride);
   const Buf<uint32_t> vp = alloc<uint32_t>(pb.Hkv * np * D);
-  const PackedKv kv{k16.get(), vp.get(), np};
-  // Only the keys some query sees (from an even index) are converted: the blocks read no other.
+  const PackedKv kv{k16.get(), vp.get(), np, shift};
+  // Only the slots of keys some query sees (from an even slot) are filled: the blocks read no
+  // other.
   KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
-  used.lo &= ~int64_t{1};
+  used.lo = (used.lo + shift) & ~int64_t{1};
+  used.hi += shift;
   const int qv = query_vectors(pb.mask), bq = 16 * qv;
   const int64_t nqb = (pb.nq + bq - 1) / bq;
   const int64_t tasks = nqb * pb.Hq;
@@ -373,9 +396,13 @@ void run_kernel(const Problem& pb) {
     // K and V to bf16 once per call (each omp for ends in a barrier); untouched rows stay
     // unallocated pages.
 #pragma omp for schedule(static)
-    for (int64_t j = used.lo; j < used.hi; ++j)
-      to_bf16(pb.k + j * kvstride, kvstride, k16.get() + j * kvstride);
-    pack_v_pairs(pb.v, pb.nk, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
+    for (int64_t j = used.lo; j < used.hi; ++j) {
+      if (j < shift)
+        std::memset(k16.get(), 0, sizeof(uint16_t) * kvstride);
+      else
+        to_bf16(pb.k + (j - shift) * kvstride, kvstride, k16.get() + j * kvstride);
+    }
+    pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
 
     Scratch s(D);
     // As the f32 kernel: later (longer) query blocks first, GQA heads of a block together.
