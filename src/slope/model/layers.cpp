@@ -115,9 +115,9 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     spec.mask.window = w.window;
     spec.scale = float(c.attention_scale());
     spec.sinks = w.attn.sinks.empty() ? nullptr : w.attn.sinks.data<float>();
-    // The bf16 attention kernel (spec.compute = BF16) stays off in the engine for now: under ring 2
-    // x ulysses 2, `slope run --check` finds the K/V 0.3 off the one-rank run with it (the
-    // logits agree to 0.003); f32 attention agrees exactly. To be found before turning it on.
+    // bf16 activations take the bf16 attention kernel (QKᵀ and PV on bf16 products, the softmax
+    // in f32; attention.h), f32 the f32 kernel.
+    spec.compute = ctx.act_dtype == DType::BF16 ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
     runner.attend(spec, q, q_shard, k_cache, v_cache, kv_shard, attn);
   }
 
