@@ -102,7 +102,7 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
     curve.push_back({{"tokens", n}, {"gflops", gf}});
     curve_text += str_cat(curve_text.empty() ? "" : ", ", n, ": ", gf);
   }
-  j["engine"] = {{"attention_dtype", "fp32"},
+  j["engine"] = {{"attention_dtype", f.attention_dtype},
                  {"wire_bytes", 4},
                  {"gemm_rows", f.block_rows},
                  {"unfused_elementwise", true},
@@ -129,18 +129,19 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
                  {"value", str_cat(f.elementwise_gbs, " GB/s of ", f.elementwise_bytes_per_token,
                                    " counted bytes per token and layer")},
                  {"source", "slope calibrate --model (src/slope/cli/calibrate_engine.cpp)"}});
-  src.push_back({{"what", str_cat("causal flash attention, Hq ", cfg.num_heads, " Hkv ", cfg.num_kv_heads, " D ",
-                                  cfg.head_dim, ", exact pairs, ", who)},
+  src.push_back({{"what", str_cat("causal flash attention (", f.attention_dtype, " kernel), Hq ", cfg.num_heads,
+                                  " Hkv ", cfg.num_kv_heads, " D ", cfg.head_dim, ", exact pairs, ", who)},
                  {"value", str_cat(curve_text, " GFLOP/s")},
                  {"source", "slope calibrate --model"}});
   src.push_back({{"what", "first-touch zero fill, 1 thread, fresh 128 MiB buffers"},
                  {"value", str_cat(f.zero_fill_gbs, " GB/s")},
                  {"source", "slope calibrate --model"}});
   src.push_back({{"what", "engine behaviour"},
-                 {"value", "fp32 attention in bf16 mode; fp32 K/V, activations and all-reduce payloads; token-local "
+                 {"value", str_cat(f.attention_dtype, " attention in ", f.compute_dtype,
+                                   " mode; fp32 K/V, activations and all-reduce payloads; token-local "
                            "work in blocks of --chunk rows; unfused element-wise kernels; Tensor zero-fills every "
                            "allocation; attention tiles 64 x 64 with a per-row cost of 56 key-equivalents (fitted to "
-                           "bench_attention's 1K and 16K causal points)"},
+                           "bench_attention's 1K and 16K causal points)")},
                  {"source", "src/slope/model/layers.cpp, src/slope/kernels/attention.h, src/slope/core/tensor.cpp"}});
 }
 
@@ -206,7 +207,13 @@ int cmd_calibrate(int argc, char** argv) {
     world->barrier();
     const double f32 = gemm_gflops(kernels::ComputeType::F32, 2048, 2048, 2048, reps);
     const double bf16 = gemm_gflops(kernels::ComputeType::BF16, 2048, 2048, 2048, reps);
-    const double attn = causal_attention_gflops({8, 2, 64}, kAttentionCalibratedTokens, std::max(1, reps / 2));
+    const double attn = causal_attention_gflops({8, 2, 64}, kAttentionCalibratedTokens, std::max(1, reps / 2),
+                                                kernels::ComputeType::F32);
+    // The bf16 kernel where this CPU runs it (else compute = BF16 is the f32 kernel: no entry).
+    const bool bf16_attn = kernels::bf16_attention_supported();
+    const double attn_bf16 = bf16_attn ? causal_attention_gflops({8, 2, 64}, kAttentionCalibratedTokens,
+                                                                 std::max(1, reps / 2), kernels::ComputeType::BF16)
+                                       : 0.0;
     const double mem = triad_gbs(reps);
     const double f32_peak = fp32_peak_per_thread * threads, bf16_peak = bf16_peak_per_thread * threads;
     j["schema"] = "slope-hardware-profile/1";
@@ -223,9 +230,13 @@ int cmd_calibrate(int argc, char** argv) {
     d["matmul"] = {{"fp32", {{"peak_tflops", f32_peak / 1e3}, {"efficiency", std::min(1.0, f32 / f32_peak)}}},
                    {"bf16", {{"peak_tflops", bf16_peak / 1e3}, {"efficiency", std::min(1.0, bf16 / bf16_peak)}}}};
     d["attention"] = {{"fp32", {{"peak_tflops", f32_peak / 1e3}, {"efficiency", std::min(1.0, attn / f32_peak)}}}};
+    if (bf16_attn)
+      d["attention"]["bf16"] = {{"peak_tflops", bf16_peak / 1e3}, {"efficiency", std::min(1.0, attn_bf16 / bf16_peak)}};
     j["sources"] = nlohmann::json::array(
-        {{{"what", "fp32 / bf16 GEMM 2048^3, attention 4096 causal hd64"},
-          {"value", str_cat(f32, " / ", bf16, " / ", attn, " GFLOP/s")},
+        {{{"what", bf16_attn ? "fp32 / bf16 GEMM 2048^3, attention 4096 causal hd64 fp32 / bf16"
+                             : "fp32 / bf16 GEMM 2048^3, attention 4096 causal hd64 (fp32; no bf16 kernel on this CPU)"},
+          {"value", str_cat(f32, " / ", bf16, " / ", attn, bf16_attn ? str_cat(" / ", attn_bf16) : std::string(),
+                            " GFLOP/s")},
           {"source", "slope calibrate (engine kernels, fastest of reps)"}},
          {{"what", "memory triad"}, {"value", str_cat(mem, " GB/s")}, {"source", "slope calibrate"}},
          {{"what", "per-core peaks"},

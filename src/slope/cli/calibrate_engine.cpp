@@ -165,7 +165,15 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
-double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps) {
+std::string engine_attention_dtype(const std::string& compute_dtype) {
+  return compute_dtype == "bf16" && kernels::bf16_attention_supported() ? "bf16" : "fp32";
+}
+
+kernels::ComputeType attention_compute(const std::string& attention_dtype) {
+  return attention_dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
+}
+
+double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps, kernels::ComputeType ct) {
   const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads, D = shape.head_dim;
   const std::vector<float> q = random_floats(size_t(n * Hq * D), 21), k = random_floats(size_t(n * Hkv * D), 22),
                            v = random_floats(size_t(n * Hkv * D), 23);
@@ -174,7 +182,7 @@ double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, 
   const double s = best_seconds(reps, [&] {
     kernels::flash_attention({.q = q.data(), .nq = n, .q_pos0 = 0, .k = k.data(), .v = v.data(),
                               .nk = n, .kv_pos0 = 0, .shape = shape, .mask = mask,
-                              .scale = 1.f / std::sqrt(float(D)), .sinks = nullptr,
+                              .scale = 1.f / std::sqrt(float(D)), .compute = ct, .sinks = nullptr,
                               .out = out.data(), .lse = lse.data()});
   });
   return kernels::attention_flops(n, 0, n, 0, shape, mask) / s / 1e9;
@@ -211,6 +219,8 @@ EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt
   EngineFigures f;
   f.block_rows = opt.block_rows;
   f.compute_dtype = opt.compute_dtype;
+  f.attention_dtype = engine_attention_dtype(opt.compute_dtype);
+  const kernels::ComputeType attn_ct = attention_compute(f.attention_dtype);
 
   world.barrier();
   const double t_ew = elementwise_seconds(cfg, f.compute_dtype == "bf16", opt.block_rows, std::max(3, opt.reps));
@@ -237,8 +247,9 @@ EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt
     world.barrier();
     // Long calls (32K at the bench shape: ~15 s on 2 threads) are timed twice without a
     // warm-up and the faster kept.
-    const double gf = n <= 8192 ? causal_attention_gflops(shape, n, std::max(1, opt.reps / 2))
-                                : std::max(causal_attention_gflops(shape, n, 0), causal_attention_gflops(shape, n, 0));
+    const double gf = n <= 8192 ? causal_attention_gflops(shape, n, std::max(1, opt.reps / 2), attn_ct)
+                                : std::max(causal_attention_gflops(shape, n, 0, attn_ct),
+                                           causal_attention_gflops(shape, n, 0, attn_ct));
     f.attention_curve.push_back({n, gf});
   }
   world.barrier();

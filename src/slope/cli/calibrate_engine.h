@@ -36,9 +36,15 @@ double best_seconds(int reps, F&& fn) {
 // n uniform floats in [-1, 1), the same for the same seed.
 std::vector<float> random_floats(size_t n, uint32_t seed);
 
-// GFLOP/s (exact pairs) of flash_attention on a causal self-attention of n tokens; the
-// fastest of `reps` runs after a warm-up (best_seconds).
-double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps);
+// GFLOP/s (exact pairs) of flash_attention with compute type ct on a causal self-attention of n
+// tokens; the fastest of `reps` runs after a warm-up (best_seconds).
+double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps, kernels::ComputeType ct);
+
+// The profile's name for the attention the engine runs with GEMMs in `compute_dtype` ("fp32" or
+// "bf16"): bf16 where the bf16 kernel runs on this CPU (kernels::bf16_attention_supported), else
+// fp32. And its compute type.
+std::string engine_attention_dtype(const std::string& compute_dtype);
+kernels::ComputeType attention_compute(const std::string& attention_dtype);
 
 // Key-equivalents of per-row work in flash_attention (softmax rescale, output update),
 // fitted to bench_attention's 1K and 16K causal points (docs/planner.md section 6).
@@ -55,6 +61,7 @@ struct EngineOptions {
 
 struct EngineFigures {
   std::string compute_dtype;
+  std::string attention_dtype;  // engine_attention_dtype(compute_dtype): the curve's kernel
   int64_t block_rows = 0;
   double layer_seconds = 0;        // one real layer's token-local work on one block
   double elementwise_seconds = 0;  // its element-wise kernels alone

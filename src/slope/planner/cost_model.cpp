@@ -249,8 +249,13 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   const double expert_rate =
       (cfg.mxfp4_experts && dev.matmul.count("mxfp4")) ? hw.matmul("mxfp4").flops_per_s() : mm_rate;
   const EngineSpec eng = opt.use_engine_spec ? hw.engine : EngineSpec{};
-  // SLOPE's CPU attention runs in fp32 whatever the model dtype: the profile says which rate.
-  const std::string attn_dtype = eng.attention_dtype.empty() ? opt.compute_dtype : eng.attention_dtype;
+  // The profile's engine object says which attention kernel SLOPE runs with bf16 GEMMs (the bf16
+  // kernel where the CPU has it, else fp32); fp32 GEMMs always take the fp32 kernel. Its curve
+  // was measured with that kernel, so it prices only attention of that dtype.
+  const std::string attn_dtype = opt.compute_dtype == "fp32" ? std::string("fp32")
+                                 : eng.attention_dtype.empty() ? opt.compute_dtype
+                                                               : eng.attention_dtype;
+  const bool curve_applies = eng.attention_dtype.empty() || attn_dtype == eng.attention_dtype;
   double attn_rate = hw.attention(attn_dtype).flops_per_s();
   const bool tiles = eng.attention_block_q > 0 && eng.attention_block_k > 0;
   const int64_t bq = tiles ? eng.attention_block_q : 0, bk = tiles ? eng.attention_block_k : 0;
@@ -266,7 +271,7 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   // heads: Ulysses and TP ranks with half the KV heads attend no faster per pair at the same
   // key count; measured U2 at 32K, 81.5 s against 72.9 s predicted from the footprint.)
   std::vector<std::pair<double, double>> curve;  // (log tokens, per-tile FLOP/s)
-  for (const auto& [n, gf] : eng.attention_curve)
+  for (const auto& [n, gf] : curve_applies ? eng.attention_curve : std::vector<std::pair<int64_t, double>>{})
     curve.push_back({std::log(double(n)), gf * 1e9 * attention_tile_work(0, n, 0, n, 0, bq, bk, row_ovh) /
                                               attention_pairs(0, n, 0)});
   auto full_rate = [&](double keys) {

@@ -48,8 +48,10 @@ struct DeviceSpec {
 // Measured or read from the engine's code, never tuned to a TTFT.
 struct EngineSpec {
   bool present = false;
-  // The dtype attention computes in whatever the model's compute dtype (SLOPE's CPU flash
-  // attention: "fp32" even in bf16 mode). Empty: the model's compute dtype.
+  // The dtype attention computes in when the GEMMs run in bf16: SLOPE's CPU engine runs its bf16
+  // flash attention kernel where the CPU has AVX512-BF16 ("bf16"), else the fp32 one ("fp32").
+  // fp32 GEMMs always take fp32 attention, and attention_curve prices only attention of this
+  // dtype. Empty: the model's compute dtype.
   std::string attention_dtype;
   // Bytes per element of activations and K/V on the wire (SLOPE's CPU engine sends fp32: 4).
   // 0: the cost options' value (2, bf16).

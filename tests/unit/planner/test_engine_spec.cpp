@@ -1,5 +1,5 @@
 // The profile's "engine" object (how SLOPE's own kernels run on a device) and the cost-model
-// terms it switches on: fp32 attention in bf16 mode, fp32 wire payloads, token-local work in
+// terms it switches on: the attention dtype of bf16 mode, fp32 wire payloads, token-local work in
 // row blocks, unfused element-wise bytes and flash-attention tile work; each against values
 // worked out by hand in the comments.
 #include <gtest/gtest.h>
@@ -22,9 +22,14 @@ void expect_rel(double got, double want, double rel = 1e-9) {
   EXPECT_NEAR(got, want, std::abs(want) * rel) << "got " << got << ", want " << want;
 }
 
-// The round profile plus an fp32 attention rate of 0.25 TFLOP/s and the given engine object.
+// The round profile plus an fp32 attention rate of 0.25 TFLOP/s, an fp32 matmul rate of
+// 0.5 TFLOP/s and the given engine object.
 HardwareProfile engine_profile(const std::string& engine) {
   std::string j = round_profile_json();
+  const std::string mm = R"("matmul": {"bf16": {"peak_tflops": 2.0, "efficiency": 0.5}})";
+  j.replace(j.find(mm), mm.size(),
+            R"("matmul": {"bf16": {"peak_tflops": 2.0, "efficiency": 0.5},
+                          "fp32": {"peak_tflops": 0.5, "efficiency": 1.0}})");
   const std::string attn = R"("attention": {"bf16": {"peak_tflops": 0.5, "efficiency": 1.0}})";
   j.replace(j.find(attn), attn.size(),
             R"("attention": {"bf16": {"peak_tflops": 0.5, "efficiency": 1.0},
@@ -110,6 +115,25 @@ TEST(EngineSpec, AttentionRunsInItsOwnDtype) {
   expect_rel(predict(tiny_dense(), engine_profile(R"({"attention_dtype": "fp32"})"), Mesh{}, 1000, generic)
                  .phases.attention,
              bf.phases.attention);
+}
+
+TEST(EngineSpec, Fp32GemmsTakeFp32AttentionAndNotTheBf16Curve) {
+  // An engine calibrated with its bf16 attention kernel (attention_dtype bf16), with a curve
+  // measured with that kernel at 10x the device's bf16 rate; one full layer of tiny_dense (2 KV
+  // heads, 256 FLOPs per pair), 512 tokens, tiles of 64 x 64 without row overhead.
+  const HardwareProfile p = engine_profile(R"({"attention_dtype": "bf16", "attention_block_q": 64,
+      "attention_block_k": 64, "attention_curve_kv_heads": 2,
+      "attention_curve": [{"tokens": 512, "gflops": 5000}]})");
+  model::ModelConfig c = tiny_dense();
+  c.layer_window = {0};
+  c.num_layers = 1;
+  // bf16 GEMMs: the curve's rate, exact at its point.
+  expect_rel(predict(c, p, Mesh{}, 512).phases.attention, 256.0 * attention_pairs(0, 512, 0) / 5e12);
+  // fp32 GEMMs: the fp32 kernel at the device's fp32 attention rate (0.25 TFLOP/s) per tile.
+  CostOptions f32;
+  f32.compute_dtype = "fp32";
+  expect_rel(predict(c, p, Mesh{}, 512, f32).phases.attention,
+             256.0 * attention_tile_work(0, 512, 0, 512, 0, 64, 64, 0) / 2.5e11);
 }
 
 TEST(EngineSpec, WireBytesAndRowBlocks) {
