@@ -40,7 +40,9 @@ TEST(InstancePlan, LargeInstanceMeetsTheLongestLengthAndSmallOnesTakeTheRest) {
   EXPECT_TRUE(lp.fits);
   EXPECT_LE(lp.ttft_s, slo);
   for (const planner::Deployment& d : planner::enumerate_deployments(cfg, hw, cluster, 65536, {}))
-    if (d.pred.fits && d.pred.ttft_s <= slo) EXPECT_GE(d.mesh.size(), large.size()) << d.name();
+    if (d.pred.fits && d.pred.ttft_s <= slo) {
+      EXPECT_GE(d.mesh.size(), large.size()) << d.name();
+    }
   // Every other instance meets the target at the shortest length, and is smaller than the large one.
   for (size_t i = 1; i < p.instances.size(); ++i) {
     const engine::ParallelShape m = parse_mesh_spec(p.instances[i]);
