@@ -1,7 +1,7 @@
 // How much of the ring's K/V traffic hides behind block attention.
 //
 //   mpirun -np R bench_cp_overlap --ring R --tokens N [--hq 8 --hkv 8 --dim 64]
-//          [--progress-rows 64] [--progress-tests 16] [--progress-thread 1|0] [--reps 3]
+//          [--progress-rows 64] [--progress-tests 16] [--progress-thread 1|0] [--reps 3] [--compute f32|bf16]
 //
 // 1. Transfer alone: the ring's per-step exchange (isend/irecv of one K/V block to the next /
 //    from the previous rank), no compute: T_xfer per step.
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
   MpiRuntime mpi(&argc, &argv);
   try {
     int R = 2, reps = 3, progress_tests = 16;
-    bool progress_thread = true;
+    bool progress_thread = true, bf16 = false;
     int64_t n = 8192, hq = 8, hkv = 8, dim = 64, progress_rows = 64;
     for (int i = 1; i + 1 < argc; i += 2) {
       const std::string k = argv[i], v = argv[i + 1];
@@ -48,6 +48,10 @@ int main(int argc, char** argv) {
       else if (k == "--progress-tests") progress_tests = std::stoi(v);
       else if (k == "--progress-thread") progress_thread = v != "0";
       else if (k == "--reps") reps = std::stoi(v);
+      else if (k == "--compute") {
+        if (v != "f32" && v != "bf16") fail("--compute takes f32 or bf16, got ", v);
+        bf16 = v == "bf16";
+      }
       else fail("unknown flag ", k);
     }
     auto world = mpi.world();
@@ -86,6 +90,7 @@ int main(int argc, char** argv) {
     ops::LayerAttention spec;
     spec.shape = {hq, hkv, dim};
     spec.scale = 1.f / std::sqrt(float(dim));
+    spec.compute = bf16 ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
     std::vector<double> wait, comp, total;
     for (int rep = 0; rep < reps; ++rep) {
       cp.reset_stats();
