@@ -140,6 +140,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+  prefetch_for_block(pb, h, i0, kBq);
 
   // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0, in 16 x 16 tiles.
   const __m512 qscale = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));

@@ -258,6 +258,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+  prefetch_for_block(pb, h, i0, kBq);
 
   // Qp[i][r] = (q[i0 + r, h, 2i], q[i0 + r, h, 2i + 1]) in bf16, padded rows 0, in tiles of
   // 16 rows x 16 pairs.

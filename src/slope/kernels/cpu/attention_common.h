@@ -103,7 +103,7 @@ inline __mmask16 first_lanes(int64_t n) {
 }
 
 // Transposes the 16 x 16 matrix of 32-bit values whose row i is r[i], in place.
-inline void transpose16(__m512 (&r)[16]) {
+__attribute__((always_inline)) inline void transpose16(__m512 (&r)[16]) {
   __m512 t[16];
   // t[2i], t[2i+1]: per 128-bit lane L, (r2i, r2i+1) interleaved at columns 4L, 4L+1 / 4L+2, 4L+3.
   for (int i = 0; i < 8; ++i) {
@@ -129,6 +129,35 @@ inline void transpose16(__m512 (&r)[16]) {
     r[8 + c] = _mm512_shuffle_f32x4(v1, w1, 0x88);
     r[12 + c] = _mm512_shuffle_f32x4(v1, w1, 0xdd);
   }
+}
+
+// Prefetches rows [i0, i0 + n) of head h of a [nq, Hq, D] tensor (q or out) into L2, for
+// writing if `write`. A block's rows of one head lie a whole row of heads apart, a stride the
+// hardware prefetchers do not follow; under a short window a block computes too little to hide
+// those misses, so each block fetches the next block's queries and its own output rows.
+inline void prefetch_rows(const float* x, int64_t i0, int64_t n, const Problem& pb, int64_t h,
+                          bool write) {
+  const int64_t stride = pb.Hq * pb.D;
+  for (int64_t r = i0; r < std::min(i0 + n, pb.nq); ++r) {
+    const char* row = reinterpret_cast<const char*>(x + r * stride + h * pb.D);
+    // Inline asm: GCC 12 drops these loops of __builtin_prefetch.
+    for (int64_t b = 0; b < pb.D * int64_t{sizeof(float)}; b += 64) {
+      if (write)
+        asm volatile("prefetchw %0" : : "m"(row[b]));
+      else
+        asm volatile("prefetcht1 %0" : : "m"(row[b]));
+    }
+  }
+}
+
+// The work unit that follows (h, i0) in the kernels' order (heads of a block, then the block
+// before it): prefetches its query rows and this block's output rows (prefetch_rows).
+inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t bq) {
+  if (h + 1 < pb.Hq)
+    prefetch_rows(pb.q, i0, bq, pb, h + 1, false);
+  else if (i0 >= bq)
+    prefetch_rows(pb.q, i0 - bq, bq, pb, 0, false);
+  prefetch_rows(pb.out, i0, bq, pb, h, true);
 }
 
 // Finalises a block of kBq query rows of head h (attend_block in both kernels): from the
