@@ -39,6 +39,8 @@
 #include <new>
 #include <vector>
 
+#include <omp.h>
+
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
 
@@ -131,16 +133,16 @@ struct Scratch {
   Buf st;  // [kBk][kBq] scores, then probabilities
 };
 
-// One (head, query block) work unit.
+// One (head, query block) work unit; `ahead`: see prefetch_for_block.
 template <int QV>
-void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
+void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
-  prefetch_for_block(pb, h, i0, kBq);
+  prefetch_for_block(pb, h, i0, kBq, ahead);
 
   // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0, in 16 x 16 tiles.
   const __m512 qscale = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));
@@ -257,12 +259,13 @@ void run_blocks(const Problem& pb) {
 #pragma omp parallel
   {
     Scratch s(pb.D);
+    const int64_t ahead = omp_get_num_threads();
     // Later query blocks see more keys under a causal mask: hand them out first. Consecutive
     // tasks are heads of one query block, so GQA heads sharing a K/V head run close in time.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      attend_block<QV>(pb, t % pb.Hq, qb * kBq, s);
+      attend_block<QV>(pb, t % pb.Hq, qb * kBq, ahead, s);
     }
   }
 }

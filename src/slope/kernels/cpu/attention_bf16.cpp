@@ -47,6 +47,8 @@
 #include <memory>
 #include <new>
 
+#include <omp.h>
+
 #include "slope/core/log.h"
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
@@ -251,14 +253,15 @@ struct PackedKv {
 
 // One (head, query block) work unit; see attend_block in attention.cpp for the f32 original.
 template <int QV>
-void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
+void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, int64_t ahead,
+                  Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D, Dh = D / 2;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
-  prefetch_for_block(pb, h, i0, kBq);
+  prefetch_for_block(pb, h, i0, kBq, ahead);
 
   // Qp[i][r] = (q[i0 + r, h, 2i], q[i0 + r, h, 2i + 1]) in bf16, padded rows 0, in tiles of
   // 16 rows x 16 pairs.
@@ -421,14 +424,15 @@ void run_kernel(const Problem& pb) {
     pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
 
     Scratch s(D);
+    const int64_t ahead = omp_get_num_threads();
     // As the f32 kernel: later (longer) query blocks first, GQA heads of a block together.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
       if (qv == kWindowQueryVectors)
-        attend_block<kWindowQueryVectors>(pb, kv, t % pb.Hq, qb * bq, s);
+        attend_block<kWindowQueryVectors>(pb, kv, t % pb.Hq, qb * bq, ahead, s);
       else
-        attend_block<kMaxQueryVectors>(pb, kv, t % pb.Hq, qb * bq, s);
+        attend_block<kMaxQueryVectors>(pb, kv, t % pb.Hq, qb * bq, ahead, s);
     }
   }
 }

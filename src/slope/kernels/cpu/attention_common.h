@@ -150,13 +150,16 @@ inline void prefetch_rows(const float* x, int64_t i0, int64_t n, const Problem& 
   }
 }
 
-// The work unit that follows (h, i0) in the kernels' order (heads of a block, then the block
-// before it): prefetches its query rows and this block's output rows (prefetch_rows).
-inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t bq) {
-  if (h + 1 < pb.Hq)
-    prefetch_rows(pb.q, i0, bq, pb, h + 1, false);
-  else if (i0 >= bq)
-    prefetch_rows(pb.q, i0 - bq, bq, pb, 0, false);
+// Work units run in the order t = 0, 1, ..: query block nqb - 1 - t / Hq (the last first), head
+// t % Hq. The unit (h, i0) prefetches the query rows of the unit `ahead` places after it in that
+// order (the one this thread likely takes next: ahead = the thread count), and its own output
+// rows (prefetch_rows).
+inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t bq,
+                               int64_t ahead) {
+  const int64_t nqb = (pb.nq + bq - 1) / bq;
+  const int64_t next = (nqb - 1 - i0 / bq) * pb.Hq + h + ahead;
+  if (next < nqb * pb.Hq)
+    prefetch_rows(pb.q, (nqb - 1 - next / pb.Hq) * bq, bq, pb, next % pb.Hq, false);
   prefetch_rows(pb.out, i0, bq, pb, h, true);
 }
 
