@@ -403,6 +403,30 @@ TEST_P(FlashAttention, LongCausal) {
   }
 }
 
+// Window blocks are bands: only the keys at the window edge and past the diagonal are masked,
+// queries are packed and outputs written in 16 x 16 tiles. Windows around the 16-row vector and
+// the 32-row block, query counts and positions off multiples of 16, head dims with partial
+// tiles (bf16: 16 dims per pair tile; odd dims run the f32 kernel), self-attention and a key
+// block that starts inside the queries' windows.
+TEST_P(FlashAttention, WindowBandEdges) {
+  std::mt19937 rng(21);
+  int n = 0;
+  for (int64_t window : {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129})
+    for (int64_t nq : {1, 17, 45, 100}) {
+      AttentionShape shape = kHeads[n % 3];
+      shape.head_dim = (const int64_t[]){2, 18, 40, 64, 33}[n % 5];
+      const int64_t q_pos0 = 1013 + 3 * (n % 4);
+      const bool self = n % 2 == 0;
+      const int64_t kv_pos0 = self ? q_pos0 : q_pos0 - 141;
+      const int64_t nk = self ? nq : 141 + nq;
+      const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, {true, window},
+                                    n % 3 == 0 ? 1.0f : 0.2f, n % 4 == 1);
+      SCOPED_TRACE(describe(in));
+      check_flash(in, GetParam());
+      ++n;
+    }
+}
+
 // The bf16 kernel really runs where the CPU has it: its result differs from the f32 kernel's
 // and is closer to exact attention of the rounded inputs than the f32 kernel's is.
 TEST(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {

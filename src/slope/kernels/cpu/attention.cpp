@@ -39,6 +39,8 @@
 #include <new>
 #include <vector>
 
+#include <omp.h>
+
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
 
@@ -131,27 +133,32 @@ struct Scratch {
   Buf st;  // [kBk][kBq] scores, then probabilities
 };
 
-// One (head, query block) work unit.
+// One (head, query block) work unit; `ahead`: see prefetch_for_block.
 template <int QV>
-void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
+void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+  prefetch_for_block(pb, h, i0, kBq, ahead);
 
-  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0.
-  const float qscale = static_cast<float>(pb.scale * kLog2e);
+  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0, in 16 x 16 tiles.
+  const __m512 qscale = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));
   float* qt = s.qt.get();
-  for (int r = 0; r < kBq; ++r) {
-    if (r < nrows) {
-      const float* qr = pb.q + (i0 + r) * qstride + h * D;
-      for (int64_t d = 0; d < D; ++d) qt[d * kBq + r] = qr[d] * qscale;
-    } else {
-      for (int64_t d = 0; d < D; ++d) qt[d * kBq + r] = 0.0f;
+  for (int r0 = 0; r0 < kBq; r0 += 16)
+    for (int64_t d0 = 0; d0 < D; d0 += 16) {
+      const __mmask16 dm = first_lanes(D - d0);
+      __m512 t[16];
+      for (int r = 0; r < 16; ++r)
+        t[r] = r0 + r < nrows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(
+                                                  dm, pb.q + (i0 + r0 + r) * qstride + h * D + d0),
+                                              qscale)
+                              : _mm512_setzero_ps();
+      transpose16(t);
+      for (int c = 0; c < 16 && d0 + c < D; ++c) _mm512_store_ps(qt + (d0 + c) * kBq + r0, t[c]);
     }
-  }
   float* ot = s.ot.get();
   std::memset(ot, 0, sizeof(float) * D * kBq);
   float* st = s.st.get();
@@ -187,7 +194,10 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
     };
     const bool full = r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
     if (!full) {
+      // Only the keys at the window edge and past the diagonal: a band's middle keys are
+      // visible to every row.
       for (int j = 0; j < nkeys; ++j) {
+        if (r_min(kp0 + j) == 0 && r_max(kp0 + j) >= nrows) continue;
         const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
         const __m512i hi = _mm512_set1_epi32(static_cast<int>(r_max(kp0 + j)));
         for (int v = 0; v < kQV; ++v) {
@@ -237,12 +247,8 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
     _mm512_store_ps(mrow + 16 * v, m[v]);
     _mm512_store_ps(lrow + 16 * v, l[v]);
   }
-  for (int r = 0; r < nrows; ++r) {
-    const RowFinal f = finish_row(mrow[r], lrow[r], pb.sinks, h);
-    float* orow = pb.out + (i0 + r) * qstride + h * D;
-    for (int64_t d = 0; d < D; ++d) orow[d] = ot[d * kBq + r] * f.out_factor;
-    pb.lse[(i0 + r) * pb.Hq + h] = f.lse;
-  }
+  finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
+                    pb.lse + i0 * pb.Hq + h);
 }
 
 template <int QV>
@@ -253,21 +259,22 @@ void run_blocks(const Problem& pb) {
 #pragma omp parallel
   {
     Scratch s(pb.D);
+    const int64_t ahead = omp_get_num_threads();
     // Later query blocks see more keys under a causal mask: hand them out first. Consecutive
     // tasks are heads of one query block, so GQA heads sharing a K/V head run close in time.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      attend_block<QV>(pb, t % pb.Hq, qb * kBq, s);
+      attend_block<QV>(pb, t % pb.Hq, qb * kBq, ahead, s);
     }
   }
 }
 
 void run(const Problem& pb) {
-  if (query_vectors(pb.mask) == 2)
-    run_blocks<2>(pb);
+  if (query_vectors(pb.mask) == kWindowQueryVectors)
+    run_blocks<kWindowQueryVectors>(pb);
   else
-    run_blocks<4>(pb);
+    run_blocks<kMaxQueryVectors>(pb);
 }
 
 #else  // portable fallback: one (row, head) at a time, two passes over the visible keys

@@ -47,6 +47,8 @@
 #include <memory>
 #include <new>
 
+#include <omp.h>
+
 #include "slope/core/log.h"
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
@@ -85,17 +87,24 @@ Buf<T> alloc(int64_t n) {
   return Buf<T>(static_cast<T*>(::operator new[](bytes, std::align_val_t(64))));
 }
 
-// bf16 bits of x, round to nearest even (as vcvtneps2bf16); a NaN stays a (quiet) NaN.
-inline uint32_t bf16_bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return (u >> 16) | 0x40u;
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return u >> 16;
-}
-
-inline __mmask16 first_lanes(int64_t n) {
-  return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1u);
+// The 32 floats x = (a, b) in bf16, rounded to nearest even with denormals kept, a NaN staying a
+// (quiet) NaN; 32-bit lane i holds the pair (x[2i], x[2i+1]), low half the even one.
+inline __m512i bf16_pairs(__m512 a, __m512 b) {
+  auto round = [](__m512 x) {
+    const __m512i u = _mm512_castps_si512(x);
+    const __m512i one = _mm512_set1_epi32(1);
+    const __m512i r = _mm512_add_epi32(
+        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
+                            _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
+        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
+  };
+  // The high halves: words 1, 3, .., 31 of a, then of b.
+  const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35,
+                                       33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3,
+                                       1);
+  return _mm512_permutex2var_epi16(round(a), odd, round(b));
 }
 
 // dst[i] = bf16(src[i]) for i < n.
@@ -244,25 +253,37 @@ struct PackedKv {
 
 // One (head, query block) work unit; see attend_block in attention.cpp for the f32 original.
 template <int QV>
-void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
+void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, int64_t ahead,
+                  Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D, Dh = D / 2;
   const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+  prefetch_for_block(pb, h, i0, kBq, ahead);
 
-  // Qp[i][r] = (q[i0 + r, h, 2i], q[i0 + r, h, 2i + 1]) in bf16, padded rows 0.
+  // Qp[i][r] = (q[i0 + r, h, 2i], q[i0 + r, h, 2i + 1]) in bf16, padded rows 0, in tiles of
+  // 16 rows x 16 pairs.
   uint32_t* qp = s.qp.get();
-  for (int r = 0; r < kBq; ++r) {
-    if (r < nrows) {
-      const float* qr = pb.q + (i0 + r) * qstride + h * D;
-      for (int64_t i = 0; i < Dh; ++i)
-        qp[i * kBq + r] = bf16_bits(qr[2 * i]) | bf16_bits(qr[2 * i + 1]) << 16;
-    } else {
-      for (int64_t i = 0; i < Dh; ++i) qp[i * kBq + r] = 0u;
+  for (int r0 = 0; r0 < kBq; r0 += 16)
+    for (int64_t i0p = 0; i0p < Dh; i0p += 16) {
+      const int64_t d0 = 2 * i0p;
+      __m512 t[16];
+      for (int r = 0; r < 16; ++r) {
+        if (r0 + r < nrows) {
+          const float* qr = pb.q + (i0 + r0 + r) * qstride + h * D + d0;
+          const __m512 a = _mm512_maskz_loadu_ps(first_lanes(D - d0), qr);
+          const __m512 b = _mm512_maskz_loadu_ps(first_lanes(D - d0 - 16), qr + 16);
+          t[r] = _mm512_castsi512_ps(bf16_pairs(a, b));
+        } else {
+          t[r] = _mm512_setzero_ps();
+        }
+      }
+      transpose16(t);
+      for (int c = 0; c < 16 && i0p + c < Dh; ++c)
+        _mm512_store_ps(reinterpret_cast<float*>(qp + (i0p + c) * kBq + r0), t[c]);
     }
-  }
   float* ot = s.ot.get();
   std::memset(ot, 0, sizeof(float) * D * kBq);
   float* st = s.st.get();
@@ -308,6 +329,8 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     if (!full) {
       for (int j = 0; j < nkeys; ++j) {
         const bool none = j0 + j < range.lo;
+        // A band's middle keys are visible to every row.
+        if (!none && r_min(kp0 + j) == 0 && r_max(kp0 + j) >= nrows) continue;
         const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
         const __m512i hi = _mm512_set1_epi32(none ? 0 : static_cast<int>(r_max(kp0 + j)));
         for (int v = 0; v < kQV; ++v) {
@@ -369,12 +392,8 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     _mm512_store_ps(mrow + 16 * v, m[v]);
     _mm512_store_ps(lrow + 16 * v, l[v]);
   }
-  for (int r = 0; r < nrows; ++r) {
-    const RowFinal f = finish_row(mrow[r], lrow[r], pb.sinks, h);
-    float* orow = pb.out + (i0 + r) * qstride + h * D;
-    for (int64_t d = 0; d < D; ++d) orow[d] = ot[d * kBq + r] * f.out_factor;
-    pb.lse[(i0 + r) * pb.Hq + h] = f.lse;
-  }
+  finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
+                    pb.lse + i0 * pb.Hq + h);
 }
 
 void run_kernel(const Problem& pb) {
@@ -405,14 +424,15 @@ void run_kernel(const Problem& pb) {
     pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
 
     Scratch s(D);
+    const int64_t ahead = omp_get_num_threads();
     // As the f32 kernel: later (longer) query blocks first, GQA heads of a block together.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      if (qv == 2)
-        attend_block<2>(pb, kv, t % pb.Hq, qb * bq, s);
+      if (qv == kWindowQueryVectors)
+        attend_block<kWindowQueryVectors>(pb, kv, t % pb.Hq, qb * bq, ahead, s);
       else
-        attend_block<4>(pb, kv, t % pb.Hq, qb * bq, s);
+        attend_block<kMaxQueryVectors>(pb, kv, t % pb.Hq, qb * bq, ahead, s);
     }
   }
 }
