@@ -34,10 +34,10 @@ double process_cpu_seconds() {
 }
 
 // args: tokens, q heads, kv heads, head_dim, window (0 = full causal)
-void self_attention(benchmark::State& state, slope::kernels::ComputeType compute) {
+void self_attention(benchmark::State& state, slope::kernels::ComputeType compute, bool causal = true) {
   const int64_t n = state.range(0);
   const AttentionShape shape{state.range(1), state.range(2), state.range(3)};
-  const AttentionMask mask{true, state.range(4)};
+  const AttentionMask mask{causal, causal ? state.range(4) : 0};
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   // q, out: [n, Hq, D]; k, v: [n, Hkv, D]; lse: [n, Hq]
@@ -100,6 +100,18 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_SelfAttention)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SelfAttentionBf16)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// llama.cpp's one prefill-sized flash-attention case in `test-backend-ops perf`
+// (FLASH_ATTN_EXT hsk=hsv=72, nh=16, kv=nb=5776, no mask, f16 K/V): the same shape here, f32 and
+// bf16, for the side-by-side in docs/performance.md.
+void BM_NoMask(benchmark::State& state) { self_attention(state, slope::kernels::ComputeType::F32, false); }
+void BM_NoMaskBf16(benchmark::State& state) { self_attention(state, slope::kernels::ComputeType::BF16, false); }
+void peer_shape(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "Hq", "Hkv", "D", "window"});
+  b->Args({5776, 16, 16, 72, 0});
+}
+BENCHMARK(BM_NoMask)->Apply(peer_shape)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_NoMaskBf16)->Apply(peer_shape)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 #if defined(__AVX512F__)
 // The FMA rate this machine gives right now: 24 independent zmm accumulators per thread, no
