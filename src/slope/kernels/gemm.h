@@ -32,20 +32,29 @@ class Linear {
   // y[M, N] = x[M, K] · Wᵀ (+ bias). With accumulate, y += instead of y =.
   // x and y are contiguous row-major f32. Thread-safe for concurrent calls with distinct y.
   void forward(const float* x, int64_t M, float* y, bool accumulate = false) const;
+  // The same from rows already rounded to bf16, x [M, K] (a BF16 Linear only): for callers that
+  // write the bf16 rows in a pass they make anyway (kernels/moe.h gather_rows_bf16,
+  // swiglu_oai_bf16), so no separate conversion pass runs. forward_bf16(to_bf16(x)) equals
+  // forward(x) bit for bit.
+  void forward_bf16(const uint16_t* x, int64_t M, float* y, bool accumulate = false) const;
 
   int64_t in_features() const;
   int64_t out_features() const;
   size_t weight_bytes() const;  // bytes held for the packed weight
+  ComputeType compute_type() const;
   bool empty() const { return impl_ == nullptr; }
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  void run(const void* src, int64_t M, float* y, bool accumulate) const;  // src in compute dtype
 };
 
 // y[n] = x[n] rounded to bf16 (nearest even), over the threads: what a BF16 Linear does to its
 // input rows before the GEMM.
 void to_bf16(const float* x, uint16_t* y, int64_t n);
+// The same on the calling thread only (for one row inside a caller's parallel loop).
+void to_bf16_serial(const float* x, uint16_t* y, int64_t n);
 
 // Plain f32 GEMM, C[M,N] = alpha · A[M,K] · B[K,N] (+ beta·C), row-major with leading dimensions.
 // Used for small or one-off products where prepacking does not pay.

@@ -23,6 +23,9 @@ ExpertGroups group_by_expert(const int32_t* ids, const float* weights, int64_t n
 
 // dst[r, :] = src[rows[r], :] for r in [0, m): src [*, dim], dst [m, dim].
 void gather_rows(const float* src, const int64_t* rows, int64_t m, int64_t dim, float* dst);
+// The same with each element rounded to bf16 (nearest even): the input rows of a bf16 expert
+// GEMM (gemm.h Linear::forward_bf16) in one pass rather than a gather and a conversion.
+void gather_rows_bf16(const float* src, const int64_t* rows, int64_t m, int64_t dim, uint16_t* dst);
 // dst[rows[r], :] += w[r] · src[r, :]. Serial over r within a call (rows may repeat).
 void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m,
                       int64_t dim, float* dst);
@@ -31,6 +34,9 @@ void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int
 // up = gu[:, 1::2]; gate = min(gate, limit); up = clamp(up, -limit, limit);
 // out [m, I] = (up + 1) · gate · sigmoid(alpha · gate).
 void swiglu_oai(const float* gu, int64_t m, int64_t I, float alpha, float limit, float* out);
+// The same with out rounded to bf16 (nearest even): equal to to_bf16(swiglu_oai(...)), the input
+// of a bf16 down GEMM, in one pass.
+void swiglu_oai_bf16(const float* gu, int64_t m, int64_t I, float alpha, float limit, uint16_t* out);
 
 // Llama/Qwen SwiGLU: out [m, I] = silu(gate) · up, with gate_up [m, 2I] = [gate | up] halves.
 void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out);

@@ -41,6 +41,11 @@ class Rope {
   void apply(float* x, int64_t n, int64_t H, int64_t pos0) const;
   // Same for rows at arbitrary positions pos[n].
   void apply(float* x, int64_t n, int64_t H, const int64_t* pos) const;
+  // Splits fused projection rows qkv [n, (Hq + 2·Hkv)·head_dim] = [q | k | v] into q [n, Hq, D]
+  // and k, v [n, Hkv, D], rotating q and k (row i at position pos[i]) in the same pass: equal,
+  // bit for bit, to copying the three column ranges out and then apply() on q and on k.
+  void split_apply(const float* qkv, int64_t n, int64_t Hq, int64_t Hkv, const int64_t* pos,
+                   float* q, float* k, float* v) const;
 
   const std::vector<double>& inv_freq() const { return inv_freq_; }  // [head_dim / 2]
   double attention_scaling() const { return attention_scaling_; }

@@ -18,15 +18,17 @@ void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* 
   ops.rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order,
               ctx.act_dtype);
   w.attn.qkv.forward(x.data<float>(), m, qkv.data<float>());
-  // Split the fused projection: [q | k | v] per row.
+  if (w.attn.q_norm.empty()) {  // split [q | k | v] per row and rotate q, k in one pass
+    ops.split_qkv_rope(*ctx.rope, qkv.data<float>(), m, Hq, Hkv, pos, q, k, v);
+    return;
+  }
+  // qwen3: split, per-head RMSNorm of q and k over head_dim, then RoPE.
   const int64_t width = qw + 2 * kw;
   ops.copy_columns(qkv.data<float>(), m, width, 0, qw, q);
   ops.copy_columns(qkv.data<float>(), m, width, qw, kw, k);
   ops.copy_columns(qkv.data<float>(), m, width, qw + kw, kw, v);
-  if (!w.attn.q_norm.empty()) {  // qwen3: per-head RMSNorm over head_dim before RoPE
-    ops.rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
-    ops.rmsnorm(k, w.attn.k_norm.data<float>(), k, m * Hkv, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
-  }
+  ops.rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
+  ops.rmsnorm(k, w.attn.k_norm.data<float>(), k, m * Hkv, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
   ops.rope(*ctx.rope, q, m, Hq, pos);
   ops.rope(*ctx.rope, k, m, Hkv, pos);
 }
@@ -49,21 +51,7 @@ void moe_mlp(const ops::Backend& ops, const ModelConfig& c, int64_t I, const Moe
   Tensor logits = ops.alloc({m, E}, DType::F32);
   w.router.forward(x, m, logits.data<float>());
   const ops::ExpertRouting g = ops.route_experts(logits.data<float>(), m, E, k);
-  const int64_t* token = g.token.data<int64_t>();
-  const float* weight = g.weight.data<float>();
-  int64_t max_rows = 0;
-  for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, g.offsets[e + 1] - g.offsets[e]);
-  Tensor xin = ops.alloc({max_rows, H}, DType::F32), gu = ops.alloc({max_rows, 2 * I}, DType::F32),
-         act = ops.alloc({max_rows, I}, DType::F32), y = ops.alloc({max_rows, H}, DType::F32);
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
-    if (rows == 0) continue;
-    ops.gather_rows(x, token + r0, rows, H, xin.data<float>());
-    w.gate_up[e].forward(xin.data<float>(), rows, gu.data<float>());
-    ops.swiglu_oai(gu.data<float>(), rows, I, float(c.swiglu_alpha), float(c.swiglu_limit), act.data<float>());
-    w.down[e].forward(act.data<float>(), rows, y.data<float>());
-    ops.scatter_add_rows(y.data<float>(), token + r0, weight + r0, rows, H, h);
-  }
+  ops.moe_experts(w.gate_up, w.down, g, x, H, I, float(c.swiglu_alpha), float(c.swiglu_limit), h);
 }
 
 }  // namespace

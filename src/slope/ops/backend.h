@@ -48,6 +48,7 @@ class Linear {
   int64_t out_features() const { return impl_->out_features(); }
   size_t weight_bytes() const { return impl_ ? impl_->weight_bytes() : 0; }
   bool empty() const { return impl_ == nullptr; }
+  const LinearImpl* impl() const { return impl_.get(); }  // for the backend that made it
 
  private:
   std::shared_ptr<const LinearImpl> impl_;
@@ -94,6 +95,11 @@ class Backend {
                        kernels::NormOrder order, DType act_dtype) const = 0;
   // x [n, H, head_dim] rotated in place; row i at position pos[i] (host array).
   virtual void rope(const kernels::Rope& rope, float* x, int64_t n, int64_t H, const int64_t* pos) const = 0;
+  // Fused projection rows qkv [n, (Hq + 2·Hkv)·D] = [q | k | v] split into q [n, Hq, D] and
+  // k, v [n, Hkv, D], with q and k rotated (kernels/rope.h Rope::split_apply). This default runs
+  // copy_columns three times and rope twice (ops/backend.cpp); a backend may do it in one pass.
+  virtual void split_qkv_rope(const kernels::Rope& rope, const float* qkv, int64_t n, int64_t Hq, int64_t Hkv,
+                              const int64_t* pos, float* q, float* k, float* v) const;
   virtual void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out) const = 0;
   virtual void swiglu_oai(const float* gu, int64_t m, int64_t I, float alpha, float limit, float* out) const = 0;
 
@@ -103,6 +109,14 @@ class Backend {
   virtual void gather_rows(const float* src, const int64_t* rows, int64_t m, int64_t dim, float* dst) const = 0;
   virtual void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m, int64_t dim,
                                 float* dst) const = 0;
+  // The gpt-oss experts over routed rows: for each expert e in order and each of its grouped rows r,
+  //   h[token[r], :] += weight[r] · down[e](swiglu_oai(gate_up[e](x[token[r], :]), alpha, limit))
+  // with x [*, H] and gate_up[e] producing 2I interleaved gate/up columns. This default runs
+  // gather_rows, Linear::forward, swiglu_oai, Linear::forward and scatter_add_rows per expert
+  // (ops/backend.cpp); a backend may override it with fused passes of the same result.
+  virtual void moe_experts(const std::vector<Linear>& gate_up, const std::vector<Linear>& down,
+                           const ExpertRouting& g, const float* x, int64_t H, int64_t I, float alpha,
+                           float limit, float* h) const;
 
   // --- attention (kernels/attention.h, attention_merge.h) -----------------------------------
   virtual void flash_attention(const kernels::AttentionArgs& args) const = 0;

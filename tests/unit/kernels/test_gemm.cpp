@@ -206,6 +206,42 @@ TEST(Linear, MovedFromAndEmpty) {
   a.forward(x, 0, y);  // M = 0 is a no-op
 }
 
+// forward_bf16 on rows the caller rounded is forward on the f32 rows, bit for bit (odd M, N, K,
+// both accumulate modes), and so meets the same double reference.
+TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
+  const int64_t N = 131, K = 67;
+  const Weights w = make_weights(N * K, DType::BF16, 21);
+  const auto bias = random_floats(N, 22);
+  const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, bias.data(),
+                   ComputeType::BF16);
+  for (int64_t M : {1, 5, 33}) {
+    const auto x = random_floats(M * K, uint32_t(40 + M));
+    std::vector<uint16_t> xb(M * K);
+    to_bf16(x.data(), xb.data(), M * K);
+    for (bool acc : {false, true}) {
+      const auto y0 = random_floats(M * N, uint32_t(M + 9));
+      std::vector<float> want = y0, got = y0;
+      lin.forward(x.data(), M, want.data(), acc);
+      lin.forward_bf16(xb.data(), M, got.data(), acc);
+      for (int64_t i = 0; i < M * N; ++i)
+        ASSERT_EQ(got[i], want[i]) << "M=" << M << " acc=" << acc << " i=" << i;
+      std::vector<double> ref, mag;
+      reference(x, w.f32, WeightLayout::InOut, bias.data(), acc ? &y0 : nullptr, M, N, K, true, ref,
+                mag);
+      expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M));
+    }
+  }
+}
+
+TEST(Linear, ForwardBf16RejectsAnF32Linear) {
+  const auto w = random_floats(6, 1);
+  const Linear lin(w.data(), DType::F32, WeightLayout::OutIn, 2, 3, nullptr, ComputeType::F32);
+  EXPECT_EQ(lin.compute_type(), ComputeType::F32);
+  const uint16_t x[3] = {};
+  float y[2];
+  EXPECT_THROW(lin.forward_bf16(x, 1, y), slope::Error);
+}
+
 TEST(Linear, RejectsUnsupportedWeightDtype) {
   const uint8_t w[4] = {};
   EXPECT_THROW(Linear(w, DType::U8, WeightLayout::OutIn, 2, 2, nullptr, ComputeType::F32),

@@ -7,11 +7,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "slope/core/error.h"
+#include "slope/core/half.h"
 #include "slope/kernels/moe.h"
 
 namespace slope::kernels {
@@ -19,6 +21,21 @@ namespace {
 
 constexpr double kWeightTol = 1e-6;
 constexpr double kActRel = 2e-6, kActAbs = 1e-7;
+
+// bf16 nearest-even of v from its two bf16 neighbours, in double (independent of the bit trick
+// in core/half.h): the truncation t and t + 1 ulp, the nearer wins, a tie goes to the even one.
+float bf16_nearest_even(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
+  float flo, fhi;
+  std::memcpy(&flo, &lo, 4);
+  std::memcpy(&fhi, &hi, 4);
+  const double dlo = std::abs(double(v) - flo), dhi = std::abs(double(fhi) - v);
+  if (dlo < dhi) return flo;
+  if (dhi < dlo) return fhi;
+  return (lo >> 16) % 2 == 0 ? flo : fhi;
+}
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
@@ -108,6 +125,25 @@ TEST(MoeGroup, RoundTrip) {
   for (int64_t i = 0; i < n * dim; ++i) ASSERT_NEAR(y[i], x[i], 1e-6 * (std::abs(x[i]) + 1e-3));
 }
 
+// Rows chosen with repeats and out of order, odd widths (vector body and tails of 32).
+TEST(MoeGroup, GatherRowsBf16RoundsEachElementToNearestEven) {
+  for (int64_t dim : {1, 17, 31, 32, 33, 1031}) {
+    const int64_t n = 9, m = 13;
+    auto src = random_floats(n * dim, uint32_t(dim), -3.f, 3.f);
+    src[0] = 1.0f + 1.0f / 256;  // halfway between bf16 1 and 1 + 2^-7: the tie goes to even 1
+    std::vector<int64_t> rows(m);
+    for (int64_t r = 0; r < m; ++r) rows[r] = (r * 5 + 3) % n;
+    rows[2] = 0;
+    std::vector<uint16_t> dst(m * dim);
+    gather_rows_bf16(src.data(), rows.data(), m, dim, dst.data());
+    for (int64_t r = 0; r < m; ++r)
+      for (int64_t j = 0; j < dim; ++j)
+        ASSERT_EQ(bf16_to_f32(dst[r * dim + j]), bf16_nearest_even(src[rows[r] * dim + j]))
+            << "dim=" << dim << " r=" << r << " j=" << j;
+    EXPECT_EQ(bf16_to_f32(dst[2 * dim]), 1.0f);
+  }
+}
+
 TEST(MoeGroup, ScatterAddWithRepeatsAndWideRows) {
   const int64_t m = 300, dim = 1031, ndst = 7;
   const auto src = random_floats(m * dim, 5, -1.f, 1.f);
@@ -151,6 +187,32 @@ TEST(MoeActivation, SwigluOaiMatchesFormula) {
           ASSERT_NEAR(out[r * I + i], want, kActRel * std::abs(want) + kActAbs)
               << "I=" << I << " m=" << m << " r=" << r << " i=" << i << " gate=" << gate
               << " up=" << up;
+        }
+    }
+}
+
+// The bf16 form is the f32 form rounded to nearest even, element for element (I across the
+// 256-column blocks and the 16-lane tails), so it also meets the double formula within bf16's
+// unit roundoff 2^-8 on top of the f32 tolerance.
+TEST(MoeActivation, SwigluOaiBf16IsTheRoundedF32Form) {
+  const float alpha = 1.702f, limit = 7.0f;
+  for (int64_t I : {1, 15, 16, 17, 255, 256, 257, 600})
+    for (int64_t m : {1, 3, 17}) {
+      const auto gu = random_floats(m * 2 * I, uint32_t(I * 7 + m), -20.f, 20.f);
+      std::vector<float> f32(m * I);
+      std::vector<uint16_t> b(m * I);
+      swiglu_oai(gu.data(), m, I, alpha, limit, f32.data());
+      swiglu_oai_bf16(gu.data(), m, I, alpha, limit, b.data());
+      for (int64_t r = 0; r < m; ++r)
+        for (int64_t i = 0; i < I; ++i) {
+          const float got = bf16_to_f32(b[r * I + i]);
+          ASSERT_EQ(got, bf16_nearest_even(f32[r * I + i])) << "I=" << I << " m=" << m << " r=" << r
+                                                            << " i=" << i;
+          const double gate = std::min(double(gu[r * 2 * I + 2 * i]), double(limit));
+          const double up = std::clamp(double(gu[r * 2 * I + 2 * i + 1]), -double(limit), double(limit));
+          const double want = (up + 1.0) * gate / (1.0 + std::exp(-double(alpha) * gate));
+          ASSERT_NEAR(got, want, (kActRel + std::ldexp(1.0, -8)) * std::abs(want) + kActAbs)
+              << "I=" << I << " m=" << m << " r=" << r << " i=" << i;
         }
     }
 }

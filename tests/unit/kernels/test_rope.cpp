@@ -6,8 +6,10 @@
 // (gpt-oss low/high/mscale) to their printed precision. Rotated f32 outputs: 2e-6 · |x| scale.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "slope/core/error.h"
@@ -199,6 +201,47 @@ TEST(Rope, ApplyMatchesReference) {
         for (size_t i = 0; i < x.size(); ++i)
           ASSERT_NEAR(x[i], ref[i], kApplyTol * r.attention_scaling())
               << c.type << " n=" << n << " H=" << H << " mode=" << mode << " i=" << i;
+      }
+    }
+  }
+}
+
+// split_apply: the q and k column ranges of fused rows rotated, v copied, in one pass; bit for
+// bit the copy-then-apply path, and within the reference's tolerance (odd head counts, a
+// head_dim that is not a multiple of the vector width, positions far out).
+TEST(Rope, SplitApplyEqualsCopyThenApply) {
+  for (const RopeConfig& c : {gpt_oss_config(), RopeConfig{.type = "default", .head_dim = 34}}) {
+    const Rope r(c);
+    const int64_t D = c.head_dim;
+    for (auto [n, Hq, Hkv] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {17, 3, 1}, {130, 8, 2}}) {
+      const int64_t width = (Hq + 2 * Hkv) * D;
+      const auto qkv = random_floats(n * width, uint32_t(n * Hq + Hkv));
+      std::vector<int64_t> pos(n);
+      std::mt19937 rng(7);
+      for (auto& p : pos) p = int64_t(rng() % 2000000);
+      std::vector<float> q(n * Hq * D), k(n * Hkv * D), v(n * Hkv * D);
+      r.split_apply(qkv.data(), n, Hq, Hkv, pos.data(), q.data(), k.data(), v.data());
+      std::vector<float> q2(q.size()), k2(k.size()), v2(v.size());
+      for (int64_t t = 0; t < n; ++t) {
+        const float* row = qkv.data() + t * width;
+        std::copy(row, row + Hq * D, q2.begin() + t * Hq * D);
+        std::copy(row + Hq * D, row + (Hq + Hkv) * D, k2.begin() + t * Hkv * D);
+        std::copy(row + (Hq + Hkv) * D, row + width, v2.begin() + t * Hkv * D);
+      }
+      std::vector<double> qref(q2.begin(), q2.end()), kref(k2.begin(), k2.end());
+      reference_rotate(qref, n, Hq, D, pos, r);
+      reference_rotate(kref, n, Hkv, D, pos, r);
+      r.apply(q2.data(), n, Hq, pos.data());
+      r.apply(k2.data(), n, Hkv, pos.data());
+      const std::string what = c.type + " n=" + std::to_string(n) + " Hq=" + std::to_string(Hq);
+      for (size_t i = 0; i < q.size(); ++i) {
+        ASSERT_EQ(q[i], q2[i]) << what << " q i=" << i;
+        ASSERT_NEAR(q[i], qref[i], kApplyTol * r.attention_scaling()) << what << " q i=" << i;
+      }
+      for (size_t i = 0; i < k.size(); ++i) {
+        ASSERT_EQ(k[i], k2[i]) << what << " k i=" << i;
+        ASSERT_NEAR(k[i], kref[i], kApplyTol * r.attention_scaling()) << what << " k i=" << i;
+        ASSERT_EQ(v[i], v2[i]) << what << " v i=" << i;
       }
     }
   }

@@ -121,6 +121,8 @@ void convert_to_bf16(const float* x, uint16_t* y, int64_t n) {
 
 }  // namespace
 
+void to_bf16_serial(const float* x, uint16_t* y, int64_t n) { convert_to_bf16(x, y, n); }
+
 void to_bf16(const float* x, uint16_t* y, int64_t n) {
   constexpr int64_t kChunk = 1 << 16;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
@@ -250,18 +252,28 @@ void Linear::forward(const float* x, int64_t M, float* y, bool accumulate) const
   SLOPE_CHECK(impl_ != nullptr, "Linear::forward on an empty Linear");
   SLOPE_CHECK(M >= 0, "Linear::forward: negative row count ", M);
   if (M == 0) return;
+  if (impl_->ct == ComputeType::F32) return run(x, M, y, accumulate);
+  thread_local ThreadBuffer act_buf;
+  auto* xb = static_cast<uint16_t*>(act_buf.get(size_t(M * impl_->K) * sizeof(uint16_t)));
+  to_bf16(x, xb, M * impl_->K);
+  run(xb, M, y, accumulate);
+}
+
+void Linear::forward_bf16(const uint16_t* x, int64_t M, float* y, bool accumulate) const {
+  SLOPE_CHECK(impl_ != nullptr, "Linear::forward_bf16 on an empty Linear");
+  SLOPE_CHECK(impl_->ct == ComputeType::BF16,
+              "Linear::forward_bf16 needs a BF16 Linear; this one computes in f32 (call forward)");
+  SLOPE_CHECK(M >= 0, "Linear::forward_bf16: negative row count ", M);
+  if (M == 0) return;
+  run(x, M, y, accumulate);
+}
+
+void Linear::run(const void* src, int64_t M, float* y, bool accumulate) const {
   const Impl& m = *impl_;
   auto prim = m.get(M, accumulate);
   const auto& eng = cpu_engine();
-
-  thread_local ThreadBuffer act_buf, scratch_buf;
-  void* src = const_cast<float*>(x);
-  if (m.ct == ComputeType::BF16) {
-    auto* xb = static_cast<uint16_t*>(act_buf.get(size_t(M * m.K) * sizeof(uint16_t)));
-    to_bf16(x, xb, M * m.K);
-    src = xb;
-  }
-  dnnl::memory src_mem({{M, m.K}, m.compute_dt(), tag::ab}, eng, src);
+  thread_local ThreadBuffer scratch_buf;
+  dnnl::memory src_mem({{M, m.K}, m.compute_dt(), tag::ab}, eng, const_cast<void*>(src));
   dnnl::memory dst_mem({{M, m.N}, dt::f32, tag::ab}, eng, y);
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, src_mem}, {DNNL_ARG_WEIGHTS, m.weights}, {DNNL_ARG_DST, dst_mem}};
@@ -279,6 +291,7 @@ void Linear::forward(const float* x, int64_t M, float* y, bool accumulate) const
 int64_t Linear::in_features() const { return impl_ ? impl_->K : 0; }
 int64_t Linear::out_features() const { return impl_ ? impl_->N : 0; }
 size_t Linear::weight_bytes() const { return impl_ ? impl_->packed_md.get_size() : 0; }
+ComputeType Linear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
 
 void gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
               const float* B, int64_t ldb, float beta, float* C, int64_t ldc, bool transpose_b) {

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "slope/core/error.h"
+#include "slope/kernels/gemm.h"
 
 namespace slope::kernels {
 
@@ -76,6 +77,11 @@ void gather_rows(const float* src, const int64_t* rows, int64_t m, int64_t dim, 
     std::memcpy(dst + r * dim, src + rows[r] * dim, size_t(dim) * sizeof(float));
 }
 
+void gather_rows_bf16(const float* src, const int64_t* rows, int64_t m, int64_t dim, uint16_t* dst) {
+#pragma omp parallel for schedule(static) if (m * dim >= (1 << 15))
+  for (int64_t r = 0; r < m; ++r) to_bf16_serial(src + rows[r] * dim, dst + r * dim, dim);
+}
+
 void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m,
                       int64_t dim, float* dst) {
   // Rows may repeat, so r stays serial; threads split the columns instead, which keeps the
@@ -134,34 +140,47 @@ inline __m512 swiglu_oai16(__m512 gate, __m512 up, __m512 alpha, __m512 limit) {
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 
+// One row of swiglu_oai: g [2·I] interleaved gate/up -> o [I].
+void swiglu_oai_row(const float* g, int64_t I, float alpha, float limit, float* o) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  const __m512 va = _mm512_set1_ps(alpha), vl = _mm512_set1_ps(limit);
+  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (; i < I; i += 16) {
+    const int64_t left = std::min<int64_t>(16, I - i);
+    const __mmask16 m_lo = left >= 8 ? 0xffff : __mmask16((1u << (2 * left)) - 1);
+    const __mmask16 m_hi = left > 8 ? __mmask16((1u << (2 * (left - 8))) - 1) : 0;
+    const __m512 a = _mm512_maskz_loadu_ps(m_lo, g + 2 * i);
+    const __m512 b = _mm512_maskz_loadu_ps(m_hi, g + 2 * i + 16);
+    const __m512 gate = _mm512_permutex2var_ps(a, even, b);
+    const __m512 up = _mm512_permutex2var_ps(a, odd, b);
+    _mm512_mask_storeu_ps(o + i, __mmask16((1u << left) - 1), swiglu_oai16(gate, up, va, vl));
+  }
+#endif
+  for (; i < I; ++i) {
+    const float gate = std::min(g[2 * i], limit);
+    const float up = std::clamp(g[2 * i + 1], -limit, limit);
+    o[i] = (up + 1.0f) * (gate * sigmoid(gate * alpha));
+  }
+}
+
 }  // namespace
 
 void swiglu_oai(const float* gu, int64_t m, int64_t I, float alpha, float limit, float* out) {
 #pragma omp parallel for schedule(static) if (m * I >= (1 << 14))
+  for (int64_t r = 0; r < m; ++r) swiglu_oai_row(gu + r * 2 * I, I, alpha, limit, out + r * I);
+}
+
+void swiglu_oai_bf16(const float* gu, int64_t m, int64_t I, float alpha, float limit, uint16_t* out) {
+  constexpr int64_t kBlock = 256;  // f32 results of one block stay in L1 until rounded
+#pragma omp parallel for schedule(static) if (m * I >= (1 << 14))
   for (int64_t r = 0; r < m; ++r) {
-    const float* g = gu + r * 2 * I;  // [gate0, up0, gate1, up1, ...]
-    float* o = out + r * I;
-    int64_t i = 0;
-#if defined(__AVX512F__)
-    const __m512 va = _mm512_set1_ps(alpha), vl = _mm512_set1_ps(limit);
-    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-    for (; i < I; i += 16) {
-      const int64_t left = std::min<int64_t>(16, I - i);
-      const __mmask16 m_lo = left >= 8 ? 0xffff : __mmask16((1u << (2 * left)) - 1);
-      const __mmask16 m_hi = left > 8 ? __mmask16((1u << (2 * (left - 8))) - 1) : 0;
-      const __m512 a = _mm512_maskz_loadu_ps(m_lo, g + 2 * i);
-      const __m512 b = _mm512_maskz_loadu_ps(m_hi, g + 2 * i + 16);
-      const __m512 gate = _mm512_permutex2var_ps(a, even, b);
-      const __m512 up = _mm512_permutex2var_ps(a, odd, b);
-      _mm512_mask_storeu_ps(o + i, __mmask16((1u << left) - 1),
-                            swiglu_oai16(gate, up, va, vl));
-    }
-#endif
-    for (; i < I; ++i) {
-      const float gate = std::min(g[2 * i], limit);
-      const float up = std::clamp(g[2 * i + 1], -limit, limit);
-      o[i] = (up + 1.0f) * (gate * sigmoid(gate * alpha));
+    float tmp[kBlock];
+    for (int64_t i0 = 0; i0 < I; i0 += kBlock) {
+      const int64_t len = std::min(kBlock, I - i0);
+      swiglu_oai_row(gu + r * 2 * I + 2 * i0, len, alpha, limit, tmp);
+      to_bf16_serial(tmp, out + r * I + i0, len);
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "slope/core/error.h"
 
@@ -100,39 +101,54 @@ Rope::Rope(const RopeConfig& c) {
 
 namespace {
 
-// One row: x [H, D] at angle p·inv_freq.
-void rotate_row(float* x, int64_t H, int64_t D, double p, const std::vector<double>& inv_freq,
-                double scaling, float* cs, float* sn) {
-  const int64_t half = D / 2;
-  for (int64_t i = 0; i < half; ++i) {
+// cs, sn [D/2] of one position p.
+void angles(int64_t D, double p, const std::vector<double>& inv_freq, double scaling, float* cs,
+            float* sn) {
+  for (int64_t i = 0; i < D / 2; ++i) {
     const double a = p * inv_freq[i];
     cs[i] = float(std::cos(a) * scaling);
     sn[i] = float(std::sin(a) * scaling);
   }
+}
+
+// H heads of one row: dst [H, D] = src [H, D] rotated; src == dst rotates in place (each element
+// is read before its own index is written).
+void rotate_heads(const float* src, float* dst, int64_t H, int64_t D, const float* cs,
+                  const float* sn) {
+  const int64_t half = D / 2;
   for (int64_t h = 0; h < H; ++h) {
-    float* x1 = x + h * D;
-    float* x2 = x1 + half;
+    const float* s1 = src + h * D;
+    const float* s2 = s1 + half;
+    float* d1 = dst + h * D;
+    float* d2 = d1 + half;
 #pragma omp simd
     for (int64_t i = 0; i < half; ++i) {
-      const float a = x1[i], b = x2[i];
-      x1[i] = a * cs[i] - b * sn[i];
-      x2[i] = b * cs[i] + a * sn[i];
+      const float a = s1[i], b = s2[i];
+      d1[i] = a * cs[i] - b * sn[i];
+      d2[i] = b * cs[i] + a * sn[i];
     }
+  }
+}
+
+// Rows r in [0, n) over the threads, each with its own cos/sin scratch: row(r, cs, sn).
+template <typename RowFn>
+void for_rows(int64_t n, int64_t work, int64_t D, RowFn row) {
+  SLOPE_CHECK(D > 0, "RoPE::apply on a Rope built without a config");
+#pragma omp parallel if (work >= (1 << 15))
+  {
+    std::vector<float> cs(D / 2), sn(D / 2);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < n; ++r) row(r, cs.data(), sn.data());
   }
 }
 
 template <typename PosFn>
 void apply_rows(float* x, int64_t n, int64_t H, int64_t D, const std::vector<double>& inv_freq,
                 double scaling, PosFn pos) {
-  SLOPE_CHECK(D > 0, "RoPE::apply on a Rope built without a config");
-  const bool parallel = n * H * D >= (1 << 15);
-#pragma omp parallel if (parallel)
-  {
-    std::vector<float> cs(D / 2), sn(D / 2);
-#pragma omp for schedule(static)
-    for (int64_t r = 0; r < n; ++r)
-      rotate_row(x + r * H * D, H, D, double(pos(r)), inv_freq, scaling, cs.data(), sn.data());
-  }
+  for_rows(n, n * H * D, D, [&](int64_t r, float* cs, float* sn) {
+    angles(D, double(pos(r)), inv_freq, scaling, cs, sn);
+    rotate_heads(x + r * H * D, x + r * H * D, H, D, cs, sn);
+  });
 }
 
 }  // namespace
@@ -145,6 +161,18 @@ void Rope::apply(float* x, int64_t n, int64_t H, int64_t pos0) const {
 void Rope::apply(float* x, int64_t n, int64_t H, const int64_t* pos) const {
   apply_rows(x, n, H, head_dim_, inv_freq_, attention_scaling_,
              [pos](int64_t r) { return pos[r]; });
+}
+
+void Rope::split_apply(const float* qkv, int64_t n, int64_t Hq, int64_t Hkv, const int64_t* pos,
+                       float* q, float* k, float* v) const {
+  const int64_t D = head_dim_, width = (Hq + 2 * Hkv) * D;
+  for_rows(n, n * width, D, [&](int64_t r, float* cs, float* sn) {
+    const float* src = qkv + r * width;
+    angles(D, double(pos[r]), inv_freq_, attention_scaling_, cs, sn);
+    rotate_heads(src, q + r * Hq * D, Hq, D, cs, sn);
+    rotate_heads(src + Hq * D, k + r * Hkv * D, Hkv, D, cs, sn);
+    std::memcpy(v + r * Hkv * D, src + (Hq + Hkv) * D, size_t(Hkv * D) * sizeof(float));
+  });
 }
 
 }  // namespace slope::kernels

@@ -2,7 +2,9 @@
 // theirs), on host memory.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "slope/core/error.h"
 #include "slope/core/finite.h"
 #include "slope/kernels/attention_merge.h"
 #include "slope/kernels/copy.h"
@@ -19,10 +21,25 @@ class CpuLinear final : public LinearImpl {
   int64_t in_features() const override { return lin_.in_features(); }
   int64_t out_features() const override { return lin_.out_features(); }
   size_t weight_bytes() const override { return lin_.weight_bytes(); }
+  const kernels::Linear& kernel() const { return lin_; }
 
  private:
   kernels::Linear lin_;
 };
+
+// The kernels::Linear behind a Linear this backend made.
+const kernels::Linear& cpu_kernel(const Linear& lin) {
+  const auto* impl = dynamic_cast<const CpuLinear*>(lin.impl());
+  SLOPE_CHECK(impl != nullptr, "a Linear made by another backend was passed to the CPU backend");
+  return impl->kernel();
+}
+
+// A grow-only array kept on the calling thread across calls (its pages stay mapped).
+template <typename T>
+T* thread_scratch(std::vector<T>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
+}
 
 class CpuBackend final : public Backend {
  public:
@@ -56,6 +73,10 @@ class CpuBackend final : public Backend {
   void rope(const kernels::Rope& rope, float* x, int64_t n, int64_t H, const int64_t* pos) const override {
     rope.apply(x, n, H, pos);
   }
+  void split_qkv_rope(const kernels::Rope& rope, const float* qkv, int64_t n, int64_t Hq, int64_t Hkv,
+                      const int64_t* pos, float* q, float* k, float* v) const override {
+    rope.split_apply(qkv, n, Hq, Hkv, pos, q, k, v);
+  }
   void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out) const override {
     kernels::silu_mul(gate_up, m, I, out);
   }
@@ -82,6 +103,38 @@ class CpuBackend final : public Backend {
   void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m, int64_t dim,
                         float* dst) const override {
     kernels::scatter_add_rows(src, rows, w, m, dim, dst);
+  }
+  // bf16 experts: the gather and the activation write the bf16 rows their GEMM reads (no f32
+  // copy and conversion pass), into per-thread buffers that persist across calls.
+  void moe_experts(const std::vector<Linear>& gate_up, const std::vector<Linear>& down, const ExpertRouting& g,
+                   const float* x, int64_t H, int64_t I, float alpha, float limit, float* h) const override {
+    const int64_t E = int64_t(g.offsets.size()) - 1;
+    SLOPE_CHECK(int64_t(gate_up.size()) >= E && int64_t(down.size()) >= E, "moe_experts: ", E,
+                " experts routed but ", gate_up.size(), " gate_up and ", down.size(), " down weights");
+    bool bf16 = true;
+    for (int64_t e = 0; e < E; ++e)
+      bf16 = bf16 && cpu_kernel(gate_up[e]).compute_type() == kernels::ComputeType::BF16 &&
+             cpu_kernel(down[e]).compute_type() == kernels::ComputeType::BF16;
+    if (!bf16) return Backend::moe_experts(gate_up, down, g, x, H, I, alpha, limit, h);
+    const int64_t* token = g.token.data<int64_t>();
+    const float* weight = g.weight.data<float>();
+    int64_t max_rows = 0;
+    for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, g.offsets[e + 1] - g.offsets[e]);
+    thread_local std::vector<uint16_t> xin_buf, act_buf;
+    thread_local std::vector<float> gu_buf, y_buf;
+    uint16_t* xin = thread_scratch(xin_buf, max_rows * H);
+    uint16_t* act = thread_scratch(act_buf, max_rows * I);
+    float* gu = thread_scratch(gu_buf, max_rows * 2 * I);
+    float* y = thread_scratch(y_buf, max_rows * H);
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
+      if (rows == 0) continue;
+      kernels::gather_rows_bf16(x, token + r0, rows, H, xin);
+      cpu_kernel(gate_up[e]).forward_bf16(xin, rows, gu);
+      kernels::swiglu_oai_bf16(gu, rows, I, alpha, limit, act);
+      cpu_kernel(down[e]).forward_bf16(act, rows, y);
+      kernels::scatter_add_rows(y, token + r0, weight + r0, rows, H, h);
+    }
   }
 
   void flash_attention(const kernels::AttentionArgs& args) const override { kernels::flash_attention(args); }
