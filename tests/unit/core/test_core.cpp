@@ -10,25 +10,13 @@
 #include "slope/core/error.h"
 #include "slope/core/half.h"
 #include "slope/core/tensor.h"
+#include "../bf16_reference.h"
 
 using namespace slope;
 
 namespace {
 
-// bf16 round-to-nearest-even, computed independently in double: the two bf16 neighbours of x
-// and the one nearer (ties to even mantissa).
-float bf16_reference(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  float flo, fhi;
-  std::memcpy(&flo, &lo, 4);
-  std::memcpy(&fhi, &hi, 4);
-  const double dlo = std::fabs(double(x) - double(flo)), dhi = std::fabs(double(fhi) - double(x));
-  if (dlo < dhi) return flo;
-  if (dhi < dlo) return fhi;
-  return ((lo >> 16) & 1u) ? fhi : flo;
-}
+using slope::testing::bf16_reference;
 
 TEST(Core, DtypeNamesRoundTrip) {
   for (DType t : {DType::F32, DType::BF16, DType::F16, DType::U8, DType::I32, DType::I64})

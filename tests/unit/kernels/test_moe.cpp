@@ -15,6 +15,7 @@
 #include "slope/core/error.h"
 #include "slope/core/half.h"
 #include "slope/kernels/moe.h"
+#include "../bf16_reference.h"
 
 namespace slope::kernels {
 namespace {
@@ -22,20 +23,7 @@ namespace {
 constexpr double kWeightTol = 1e-6;
 constexpr double kActRel = 2e-6, kActAbs = 1e-7;
 
-// bf16 nearest-even of v from its two bf16 neighbours, in double (independent of the bit trick
-// in core/half.h): the truncation t and t + 1 ulp, the nearer wins, a tie goes to the even one.
-float bf16_nearest_even(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  const uint32_t lo = u & 0xffff0000u, hi = lo + 0x10000u;
-  float flo, fhi;
-  std::memcpy(&flo, &lo, 4);
-  std::memcpy(&fhi, &hi, 4);
-  const double dlo = std::abs(double(v) - flo), dhi = std::abs(double(fhi) - v);
-  if (dlo < dhi) return flo;
-  if (dhi < dlo) return fhi;
-  return (lo >> 16) % 2 == 0 ? flo : fhi;
-}
+using slope::testing::bf16_reference;
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo, float hi) {
   std::mt19937 rng(seed);
@@ -138,7 +126,7 @@ TEST(MoeGroup, GatherRowsBf16RoundsEachElementToNearestEven) {
     gather_rows_bf16(src.data(), rows.data(), m, dim, dst.data());
     for (int64_t r = 0; r < m; ++r)
       for (int64_t j = 0; j < dim; ++j)
-        ASSERT_EQ(bf16_to_f32(dst[r * dim + j]), bf16_nearest_even(src[rows[r] * dim + j]))
+        ASSERT_EQ(bf16_to_f32(dst[r * dim + j]), bf16_reference(src[rows[r] * dim + j]))
             << "dim=" << dim << " r=" << r << " j=" << j;
     EXPECT_EQ(bf16_to_f32(dst[2 * dim]), 1.0f);
   }
@@ -206,7 +194,7 @@ TEST(MoeActivation, SwigluOaiBf16IsTheRoundedF32Form) {
       for (int64_t r = 0; r < m; ++r)
         for (int64_t i = 0; i < I; ++i) {
           const float got = bf16_to_f32(b[r * I + i]);
-          ASSERT_EQ(got, bf16_nearest_even(f32[r * I + i])) << "I=" << I << " m=" << m << " r=" << r
+          ASSERT_EQ(got, bf16_reference(f32[r * I + i])) << "I=" << I << " m=" << m << " r=" << r
                                                             << " i=" << i;
           const double gate = std::min(double(gu[r * 2 * I + 2 * i]), double(limit));
           const double up = std::clamp(double(gu[r * 2 * I + 2 * i + 1]), -double(limit), double(limit));
