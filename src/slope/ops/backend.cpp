@@ -21,8 +21,7 @@ void Backend::moe_experts(const std::vector<Linear>& gate_up, const std::vector<
   const int64_t E = int64_t(g.offsets.size()) - 1;
   const int64_t* token = g.token.data<int64_t>();
   const float* weight = g.weight.data<float>();
-  int64_t max_rows = 0;
-  for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, g.offsets[e + 1] - g.offsets[e]);
+  const int64_t max_rows = g.max_rows();
   if (max_rows == 0) return;
   Tensor xin = alloc({max_rows, H}, DType::F32), gu = alloc({max_rows, 2 * I}, DType::F32),
          act = alloc({max_rows, I}, DType::F32), y = alloc({max_rows, H}, DType::F32);

@@ -15,6 +15,7 @@
 // memory (the mmap'd checkpoint) and are packed onto the device by linear() and upload().
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -60,6 +61,13 @@ struct ExpertRouting {
   std::vector<int64_t> offsets;  // [E + 1]: expert e owns grouped rows offsets[e] .. offsets[e+1]-1
   Tensor token;                  // I64 [n·k] token of each grouped row
   Tensor weight;                 // F32 [n·k] routing weight of each grouped row
+
+  // The most grouped rows one expert owns (the size of a per-expert buffer).
+  int64_t max_rows() const {
+    int64_t m = 0;
+    for (size_t e = 0; e + 1 < offsets.size(); ++e) m = std::max(m, offsets[e + 1] - offsets[e]);
+    return m;
+  }
 };
 
 class Backend {

@@ -118,8 +118,7 @@ class CpuBackend final : public Backend {
     if (!bf16) return Backend::moe_experts(gate_up, down, g, x, H, I, alpha, limit, h);
     const int64_t* token = g.token.data<int64_t>();
     const float* weight = g.weight.data<float>();
-    int64_t max_rows = 0;
-    for (int64_t e = 0; e < E; ++e) max_rows = std::max(max_rows, g.offsets[e + 1] - g.offsets[e]);
+    const int64_t max_rows = g.max_rows();
     thread_local std::vector<uint16_t> xin_buf, act_buf;
     thread_local std::vector<float> gu_buf, y_buf;
     uint16_t* xin = thread_scratch(xin_buf, max_rows * H);
