@@ -39,5 +39,5 @@ p = json.load(open(sys.argv[1]))
 p["network"]["description"] = "Open MPI over TCP loopback between the 2 ranks (btl tcp,self), measured by slope calibrate --link inter"
 json.dump(p, open(sys.argv[1], "w"), indent=2); open(sys.argv[1], "a").write("\n")
 PY
-calibrate cpu-zen4-4x1-oversub 4 1 16384 "this 2-vCPU VM as 4 ranks x 1 thread, two per core (U2 x R2 needs 4 ranks)"
+calibrate cpu-zen4-4x1-oversub 4 1 32768 "this 2-vCPU VM as 4 ranks x 1 thread, two per core (U2 x R2 needs 4 ranks)"
 echo "=== $(date +%T) done"

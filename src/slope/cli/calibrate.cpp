@@ -113,7 +113,8 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
                  {"attention_calibrated_tokens", kAttentionCalibratedTokens},
                  {"zero_fill_gbs", f.zero_fill_gbs},
                  {"attention_curve", curve},
-                 {"attention_curve_kv_heads", f.attention_kv_heads}};
+                 {"attention_curve_kv_heads", f.attention_kv_heads},
+                 {"attention_curve_query_rows", f.attention_curve_query_rows}};
   const std::string who = str_cat(ranks, " rank(s) x ", threads, " thread(s), all ranks at once");
   auto& src = j["sources"];
   // GEMMs at the model's shapes replace the 2048^3 figure for the dtype the engine runs.
@@ -130,7 +131,8 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
                                    " counted bytes per token and layer")},
                  {"source", "slope calibrate --model (src/slope/cli/calibrate_engine.cpp)"}});
   src.push_back({{"what", str_cat("causal flash attention (", f.attention_dtype, " kernel), Hq ", cfg.num_heads,
-                                  " Hkv ", cfg.num_kv_heads, " D ", cfg.head_dim, ", exact pairs, ", who)},
+                                  " Hkv ", cfg.num_kv_heads, " D ", cfg.head_dim, ", the last ",
+                                  f.attention_curve_query_rows, " queries against all keys, exact pairs, ", who)},
                  {"value", str_cat(curve_text, " GFLOP/s")},
                  {"source", "slope calibrate --model"}});
   src.push_back({{"what", "first-touch zero fill, 1 thread, fresh 128 MiB buffers"},

@@ -37,8 +37,11 @@ double best_seconds(int reps, F&& fn) {
 std::vector<float> random_floats(size_t n, uint32_t seed);
 
 // GFLOP/s (exact pairs) of flash_attention with compute type ct on a causal self-attention of n
-// tokens; the fastest of `reps` runs after a warm-up (best_seconds).
-double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps, kernels::ComputeType ct);
+// tokens; the fastest of `reps` runs after a warm-up (best_seconds). With `rows` in [1, n), only
+// the last `rows` queries, against all n keys: one chunk's call at n keys, as the engine's
+// chunked prefill makes it.
+double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, int reps, kernels::ComputeType ct,
+                               int64_t rows = 0);
 
 // The profile's name for the attention the engine runs with GEMMs in `compute_dtype` ("fp32" or
 // "bf16"): bf16 where the bf16 kernel runs on this CPU (kernels::bf16_attention_supported), else
@@ -71,6 +74,7 @@ struct EngineFigures {
   double zero_fill_gbs = 0;
   int64_t attention_kv_heads = 0;
   std::vector<std::pair<int64_t, double>> attention_curve;  // (tokens, GFLOP/s exact pairs)
+  int64_t attention_curve_query_rows = 0;  // each point: the last this many queries (0: all n)
 };
 
 // Throws naming the flag when an option is out of range.

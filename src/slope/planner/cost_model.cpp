@@ -271,9 +271,12 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   // heads: Ulysses and TP ranks with half the KV heads attend no faster per pair at the same
   // key count; measured U2 at 32K, 81.5 s against 72.9 s predicted from the footprint.)
   std::vector<std::pair<double, double>> curve;  // (log tokens, per-tile FLOP/s)
-  for (const auto& [n, gf] : curve_applies ? eng.attention_curve : std::vector<std::pair<int64_t, double>>{})
-    curve.push_back({std::log(double(n)), gf * 1e9 * attention_tile_work(0, n, 0, n, 0, bq, bk, row_ovh) /
-                                              attention_pairs(0, n, 0)});
+  for (const auto& [n, gf] : curve_applies ? eng.attention_curve : std::vector<std::pair<int64_t, double>>{}) {
+    // The measured call: the last `attention_curve_query_rows` queries (0: all n) against n keys.
+    const int64_t rows = eng.attention_curve_query_rows, q0 = (rows > 0 && rows < n) ? n - rows : 0;
+    curve.push_back({std::log(double(n)), gf * 1e9 * attention_tile_work(q0, n, 0, n, 0, bq, bk, row_ovh) /
+                                              attention_pairs(q0, n, 0)});
+  }
   auto full_rate = [&](double keys) {
     if (curve.empty()) return attn_rate;
     const double x = std::log(std::max(1.0, keys));

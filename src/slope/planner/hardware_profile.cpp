@@ -199,6 +199,8 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
         g.attention_curve.push_back({n, gf});
       }
       g.attention_curve_kv_heads = int64_t(r.number(*e, "attention_curve_kv_heads", "engine.", 1, 1e6));
+      g.attention_curve_query_rows =
+          int64_t(r.number_or(*e, "attention_curve_query_rows", "engine.", 0.0, 0.0, double(1 << 24)));
       SLOPE_CHECK(g.attention_block_q > 0, source,
                   ": \"engine.attention_curve\" needs the tiles (engine.attention_block_q / _k)");
     }

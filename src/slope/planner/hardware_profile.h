@@ -85,12 +85,15 @@ struct EngineSpec {
   double zero_fill_gbs = 0;
   // Attention rate against context length for full (causal) layers: GFLOP/s in exact pairs
   // of a causal self-attention of `tokens` tokens with `attention_curve_kv_heads` KV heads
-  // (the engine's kernel at the model's head shape). The kernel slows down as the K/V it
-  // streams per head outgrows the caches and TLB, so the model reads the rate at the number
-  // of keys of each call, log-interpolated, clamped at the ends (the KV heads say at which
-  // shape the curve was measured). Empty: the single calibrated rate.
+  // (the engine's kernel at the model's head shape), or, with `attention_curve_query_rows` R
+  // > 0, of its last R queries only against all `tokens` keys (one chunk's call of a chunked
+  // prefill). The kernel slows down as the K/V it streams per head outgrows the caches and
+  // TLB, so the model reads the rate at the number of keys of each call, log-interpolated,
+  // clamped at the ends (the KV heads say at which shape the curve was measured). Empty: the
+  // single calibrated rate.
   std::vector<std::pair<int64_t, double>> attention_curve;
   int64_t attention_curve_kv_heads = 0;
+  int64_t attention_curve_query_rows = 0;
   // Fixed cost of one MPI message or collective call beyond the link latency, e.g. progress
   // polling; 0 = none.
   double message_overhead_us = 0;

@@ -37,6 +37,8 @@ TEST(CliCalibrate, EngineObjectAtTheModelsShapes) {
   EXPECT_EQ(e.attention_curve[1].first, 2048);
   const nlohmann::json cfg = nlohmann::json::parse(std::ifstream(std::string(SLOPE_REFERENCE_DIR) + "/fixtures/gpt_oss/model/config.json"));
   EXPECT_EQ(e.attention_curve_kv_heads, cfg["num_key_value_heads"].get<int64_t>());
+  // Each point is one block's call (--block-rows 64) at that many keys.
+  EXPECT_EQ(e.attention_curve_query_rows, 64);
   // The matmul rate is the layer's GEMMs, a fraction of the stated peak.
   const double eff = p.device.matmul.at("bf16").efficiency;
   EXPECT_GT(eff, 0);

@@ -231,11 +231,42 @@ TEST(EngineSpec, AttentionCurveOverContextLength) {
   // Errors name the field.
   try {
     engine_profile(R"({"attention_block_q": 64, "attention_block_k": 64, "attention_curve_kv_heads": 2,
+        "attention_curve": [{"tokens": 512, "gflops": 1}], "attention_curve_query_rows": -1})");
+    ADD_FAILURE() << "negative query rows were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("engine.attention_curve_query_rows"), std::string::npos) << e.what();
+  }
+  try {
+    engine_profile(R"({"attention_block_q": 64, "attention_block_k": 64, "attention_curve_kv_heads": 2,
         "attention_curve": [{"tokens": 2048, "gflops": 1}, {"tokens": 512, "gflops": 1}]})");
     ADD_FAILURE() << "a decreasing curve was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("engine.attention_curve[1].tokens"), std::string::npos) << e.what();
   }
+}
+
+TEST(EngineSpec, AttentionCurveOfChunkCalls) {
+  // slope calibrate measures each curve point as one chunk's call: the last R queries against
+  // all n keys. A point of 2048 keys measured with R = 512 at 250 GFLOP/s (exact pairs), tiles
+  // 64 x 64, no row overhead. That call's tile work, by hand: blocks of 64 rows starting at
+  // 1536 + 64i each visit 1600 + 64i keys, 64 · Σ_{i<8} (1600 + 64i) = 933,888, against
+  // Σ_{q=1536}^{2047} (q + 1) = 917,760 pairs. The one-rank prediction of a whole causal 2048
+  // (tile work 4096 · Σ_{i<32} (i + 1) = 2,162,688; pairs 2048 · 2049 / 2 = 2,098,176) runs at
+  // the same per-tile rate.
+  model::ModelConfig c = tiny_dense();
+  c.layer_window = {0};
+  c.num_layers = 1;
+  auto per_pair = [&](const std::string& rows) {
+    const HardwareProfile p = engine_profile(R"({"attention_block_q": 64, "attention_block_k": 64,
+        "attention_curve_kv_heads": 2, "attention_curve": [{"tokens": 2048, "gflops": 250}])" + rows + "}");
+    return predict(c, p, Mesh{}, 2048).phases.attention / (256.0 * attention_pairs(0, 2048, 0));
+  };
+  const double chunk_ratio = 933888.0 / 917760.0, full_ratio = 2162688.0 / 2098176.0;
+  expect_rel(per_pair(R"(, "attention_curve_query_rows": 512)"), full_ratio / chunk_ratio / 2.5e11);
+  // Without the field (or 0, or R >= n) the point is the whole causal call, read as before.
+  expect_rel(per_pair(""), 1 / 2.5e11);
+  expect_rel(per_pair(R"(, "attention_curve_query_rows": 0)"), 1 / 2.5e11);
+  expect_rel(per_pair(R"(, "attention_curve_query_rows": 4096)"), 1 / 2.5e11);
 }
 
 }  // namespace
