@@ -22,6 +22,7 @@
 #include "slope/core/file_io.h"
 #include "slope/core/sha256.h"
 #include "slope/core/sys.h"
+#include "slope/engine/check.h"
 #include "slope/engine/distributed.h"
 #include "slope/engine/engine.h"
 #include "slope/engine/kv_export.h"
@@ -131,74 +132,16 @@ nlohmann::json report_json(const engine::RankReport& r) {
 }
 
 // The same prompt on one rank (LocalAttention), compared with the mesh's logits and KV.
-struct CheckResult {
-  double logits_rel_err = 0, kv_rel_err = 0;
-  int64_t kv_rows_over = 0;     // the most rows of one layer's K or V past the KV tolerance
-  int64_t kv_rows_allowed = 0;  // ... and how many the compute type allows (CheckTolerance)
-  bool same_first_token = false;
-  bool pass = false;
-};
-// Relative error (max-norm) allowed between a mesh and one rank.
-//  f32: 1e-4, as for every parallel test; the results differ only by summation order.
-//  bf16: activations are rounded to bf16 before every GEMM, so a change of summation order
-//  anywhere (LSE merge of attention partials, GEMM blocking for another row count) can move a
-//  rounded activation by one bf16 ulp (4e-3 relative); through attention that reaches every
-//  later row. Measured on the bench model (4 ranks, 512 tokens): logits 6e-3, KV 8e-2.
-//  A MoE router can also sit within one such rounding of a tie between two experts for some
-//  token: then the two runs send it to different experts and its K/V rows differ by O(1) from
-//  the next layer on, while every other row agrees (gpt-oss tiny, 96 tokens, ring 2 x Ulysses 2:
-//  one row of 96, 0.30, from layer 2). So bf16 allows that many rows per layer past the KV
-//  tolerance: 1, or 1% of the rows; f32 allows none.
-struct CheckTolerance {
-  double logits, kv;
-  double kv_rows_fraction;  // of a layer's rows that may be past `kv` (at least 1 if > 0)
-};
-CheckTolerance check_tolerance(kernels::ComputeType ct) {
-  return ct == kernels::ComputeType::BF16 ? CheckTolerance{3e-2, 1.5e-1, 0.01}
-                                          : CheckTolerance{1e-4, 1e-4, 0.0};
-}
-
-// Rows of a [rows, ...] tensor whose largest error, relative to the reference's largest
-// element (engine::relative_error's norm), is past tol; `worst` gets the largest such error.
-int64_t rows_past(const Tensor& got, const Tensor& ref, double tol, double& worst) {
-  const int64_t rows = ref.shape()[0], n = ref.numel(), per = rows > 0 ? n / rows : 0;
-  const float *a = got.data<float>(), *b = ref.data<float>();
-  double den = 0;
-  for (int64_t i = 0; i < n; ++i) den = std::max(den, std::fabs(double(b[i])));
-  int64_t over = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    double num = 0;
-    for (int64_t i = r * per; i < (r + 1) * per; ++i)
-      num = std::max(num, std::fabs(double(a[i]) - double(b[i])));
-    const double e = den > 0 ? num / den : num;
-    worst = std::max(worst, e);
-    over += e > tol;
-  }
-  return over;
-}
-
-CheckResult check_against_one_rank(const model::Model& model, const std::vector<int32_t>& tokens,
-                                   const engine::PrefillResult& mesh_result,
-                                   const std::vector<Tensor>& k, const std::vector<Tensor>& v,
-                                   int64_t chunk, CheckTolerance tol) {
+engine::CheckResult check_against_one_rank(const model::Model& model, const std::vector<int32_t>& tokens,
+                                           const engine::PrefillResult& mesh_result, const std::vector<Tensor>& k,
+                                           const std::vector<Tensor>& v, int64_t chunk, engine::CheckTolerance tol) {
   ops::LocalAttention local;
   engine::PrefillOptions po;
   po.chunk_tokens = chunk;
-  engine::PrefillResult one =
+  const engine::PrefillResult one =
       engine::prefill(model, tokens, ops::SequenceShard::whole(int64_t(tokens.size())), local, po);
-  CheckResult c;
-  c.logits_rel_err = engine::relative_error(mesh_result.logits.data(), one.logits.data(),
-                                            int64_t(one.logits.size()));
-  const int64_t rows = int64_t(tokens.size());
-  c.kv_rows_allowed =
-      tol.kv_rows_fraction > 0 ? std::max<int64_t>(1, int64_t(tol.kv_rows_fraction * double(rows))) : 0;
-  for (size_t l = 0; l < one.k.size(); ++l) {
-    c.kv_rows_over = std::max(c.kv_rows_over, rows_past(k[l], one.k[l], tol.kv, c.kv_rel_err));
-    c.kv_rows_over = std::max(c.kv_rows_over, rows_past(v[l], one.v[l], tol.kv, c.kv_rel_err));
-  }
-  c.same_first_token = mesh_result.first_token == one.first_token;
-  c.pass = c.same_first_token && c.logits_rel_err <= tol.logits && c.kv_rows_over <= c.kv_rows_allowed;
-  return c;
+  return engine::compare_with_one_rank(mesh_result.logits, mesh_result.first_token, k, v, one.logits,
+                                       one.first_token, one.k, one.v, tol);
 }
 
 std::string gb(int64_t bytes) { return str_cat(std::fixed, std::setprecision(3), double(bytes) / 1e9, " GB"); }
@@ -491,20 +434,20 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   }
   if (rank == 0 && !a.logits_out.empty()) write_logits(a.logits_out, r.logits);
 
-  CheckResult check;
+  engine::CheckResult check;
   if (a.check) {
     check.pass = true;
     std::unique_ptr<model::Model> reference;  // rank 0: the whole model, loaded once for all prompts
     for (size_t b = 0; b < results.size(); ++b) {
       std::vector<Tensor> k, v;
       engine::gather_kv(results[b], output.kv.first_layer, output.kv.kv_head0, cfg, world, k, v);
-      CheckResult one;
+      engine::CheckResult one;
       if (rank == 0) {
         model::LoadOptions whole;
         whole.compute = compute;
         if (!reference) reference = model::Model::load(a.model_dir, whole);
         one = check_against_one_rank(*reference, prompts[b], results[b], k, v, a.chunk,
-                                     check_tolerance(compute));
+                                     engine::check_tolerance(compute));
       }
       check.logits_rel_err = std::max(check.logits_rel_err, one.logits_rel_err);
       check.kv_rel_err = std::max(check.kv_rel_err, one.kv_rel_err);
@@ -569,8 +512,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
       j["check"] = {{"pass", check.pass}, {"logits_rel_err", check.logits_rel_err},
                     {"kv_rel_err", check.kv_rel_err}, {"kv_rows_over_tolerance", check.kv_rows_over},
                     {"kv_rows_allowed", check.kv_rows_allowed}, {"same_first_token", check.same_first_token},
-                    {"tolerance_logits", check_tolerance(compute).logits},
-                    {"tolerance_kv", check_tolerance(compute).kv}};
+                    {"tolerance_logits", engine::check_tolerance(compute).logits},
+                    {"tolerance_kv", engine::check_tolerance(compute).kv}};
     std::cout << j.dump() << "\n";
   } else {
     std::cout << "model        " << a.model_dir << " (" << cfg.architecture << ", " << cfg.num_layers
@@ -621,8 +564,8 @@ int run(const RunArgs& a, parallel::Communicator& world) {
                 << check.logits_rel_err << ", KV rel err " << check.kv_rel_err << " with "
                 << check.kv_rows_over << " rows of a layer past the tolerance, " << check.kv_rows_allowed
                 << " allowed, first token "
-                << (check.same_first_token ? "equal" : "DIFFERENT") << ", tolerance " << check_tolerance(compute).logits
-                << " / " << check_tolerance(compute).kv << ")\n";
+                << (check.same_first_token ? "equal" : "DIFFERENT") << ", tolerance " << engine::check_tolerance(compute).logits
+                << " / " << engine::check_tolerance(compute).kv << ")\n";
   }
   if (kv_service) return serve_kv(a, *eng, *kv_service, request.kv_id, output, world);
   return code;
