@@ -13,6 +13,7 @@
 #include <numeric>
 #include <ostream>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "slope/kernels/attention.h"
@@ -611,6 +612,36 @@ TEST(AttentionMerge, EmptyRows) {
   EXPECT_EQ(la[1], sink);
   EXPECT_EQ(oa[2], 0.0f);
   EXPECT_EQ(oa[3], 0.0f);
+}
+
+// The bf16 kernel keeps its K/V buffers from call to call, one set per calling thread: calls
+// from several threads at once, of different sizes, each match the same call made alone.
+TEST_P(FlashAttention, CallsFromSeveralThreadsAtOnce) {
+  std::mt19937 rng(5);
+  std::vector<Inputs> ins;
+  for (int t = 0; t < 4; ++t)
+    ins.push_back(make_inputs(rng, 40 + 30 * t, 700, 300 + 150 * t, 600 - 7 * t, {4, 2, 64},
+                              {true, t % 2 ? 0 : 128}, 0.2f, t % 2 == 1));
+  std::vector<std::vector<float>> alone_out(ins.size()), alone_lse(ins.size());
+  for (size_t t = 0; t < ins.size(); ++t) run_flash(ins[t], GetParam(), alone_out[t], alone_lse[t]);
+  std::vector<std::vector<float>> out(ins.size()), lse(ins.size());
+  std::vector<int> mismatches(ins.size(), 0);
+  {
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < ins.size(); ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 5; ++rep) {
+          run_flash(ins[t], GetParam(), out[t], lse[t]);
+          if (out[t] != alone_out[t] || lse[t] != alone_lse[t]) ++mismatches[t];
+        }
+      });
+    for (std::thread& th : threads) th.join();
+  }
+  for (size_t t = 0; t < ins.size(); ++t) {
+    SCOPED_TRACE(describe(ins[t]));
+    EXPECT_EQ(mismatches[t], 0) << "calls that differ from the same call made alone";
+    check_flash(ins[t], GetParam());
+  }
 }
 
 #if defined(__AVX512F__)

@@ -485,12 +485,33 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
                     pb.lse + i0 * pb.Hq + h);
 }
 
+// A grow-only buffer of at least n T, 64-byte aligned, its contents undefined.
+template <typename T>
+struct GrowBuf {
+  Buf<T> buf;
+  int64_t cap = 0;
+  T* get(int64_t n) {
+    if (n > cap) {
+      buf.reset();  // before allocating the larger one: never both at once
+      buf = alloc<T>(n);
+      cap = n;
+    }
+    return buf.get();
+  }
+};
+
 void run_kernel(const Problem& pb) {
   const int64_t D = pb.D, kvstride = pb.Hkv * D, shift = pb.kv_pos0 & 1;
   const int64_t slots = pb.nk + shift, np = (slots + 1) / 2;
-  const Buf<uint16_t> k16 = alloc<uint16_t>(slots * kvstride);
-  const Buf<uint32_t> vp = alloc<uint32_t>(pb.Hkv * np * D);
-  const PackedKv kv{k16.get(), vp.get(), np, shift};
+  // K and V in bf16, kept by the calling thread from call to call: the engine calls attention
+  // once per layer per chunk, and fresh buffers cost a page fault per 4 KiB written each time.
+  // Per thread, so that calls from several threads never share them; the OpenMP workers below
+  // write and read them through these pointers.
+  thread_local GrowBuf<uint16_t> k16_buf;
+  thread_local GrowBuf<uint32_t> vp_buf;
+  uint16_t* const k16 = k16_buf.get(slots * kvstride);
+  uint32_t* const vp = vp_buf.get(pb.Hkv * np * D);
+  const PackedKv kv{k16, vp, np, shift};
   // Only the slots of keys some query sees (from an even slot) are filled: the blocks read no
   // other.
   KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
@@ -501,16 +522,15 @@ void run_kernel(const Problem& pb) {
   const int64_t tasks = nqb * pb.Hq;
 #pragma omp parallel
   {
-    // K and V to bf16 once per call (each omp for ends in a barrier); untouched rows stay
-    // unallocated pages.
+    // K and V to bf16 once per call (each omp for ends in a barrier).
 #pragma omp for schedule(static)
     for (int64_t j = used.lo; j < used.hi; ++j) {
       if (j < shift)
-        std::memset(k16.get(), 0, sizeof(uint16_t) * kvstride);
+        std::memset(k16, 0, sizeof(uint16_t) * kvstride);
       else
-        to_bf16(pb.k + (j - shift) * kvstride, kvstride, k16.get() + j * kvstride);
+        to_bf16(pb.k + (j - shift) * kvstride, kvstride, k16 + j * kvstride);
     }
-    pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
+    pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp);
 
     Scratch s(D);
     const int64_t ahead = omp_get_num_threads();
