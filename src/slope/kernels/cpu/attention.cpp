@@ -82,6 +82,7 @@ inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D,
 }
 
 // ot[b][·] = α · ot[b][·] + Σ_j v[j,b] · pt[j][·] for NB head dims b; v rows vstride apart.
+// alpha null: ot starts from 0 (the first key block; ot is not read).
 template <int NB, int QV>
 inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
                     const __m512* alpha, float* ot) {
@@ -89,7 +90,8 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
-      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
   for (int j = 0; j < nkeys; ++j) {
     __m512 pv[kQV];
     for (int q = 0; q < kQV; ++q) pv[q] = _mm512_load_ps(pt + j * kBq + 16 * q);
@@ -127,7 +129,8 @@ inline void pv_tile_bands(const float* pt, const Segment* seg, int nseg, const f
   __m512 acc[NB][2];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < 2; ++q)
-      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
   for (int g = 0; g < nseg; ++g) {
     const Segment& sg = seg[g];
     if (sg.nv == 2)
@@ -210,7 +213,6 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       for (int c = 0; c < 16 && d0 + c < D; ++c) _mm512_store_ps(qt + (d0 + c) * kBq + r0, t[c]);
     }
   float* ot = s.ot.get();
-  std::memset(ot, 0, sizeof(float) * D * kBq);
   float* st = s.st.get();
 
   __m512 m[kQV], l[kQV], alpha[kQV];
@@ -222,6 +224,8 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
   const __m512 neg_inf = _mm512_set1_ps(kNegInf);
 
   const KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
+  // The first key block's PV writes Ot; with none, Ot stays 0.
+  if (range.lo >= range.hi) std::memset(ot, 0, sizeof(float) * D * kBq);
   for (int64_t j0 = range.lo; j0 < range.hi; j0 += kBk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
     const float* kb = pb.k + j0 * kvstride + kvh * D;
@@ -313,16 +317,18 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       m[v] = mx[v];
     }
 
-    // Ot = α·Ot + Vᵀ·P (banded: each key into the vectors that see it).
+    // Ot = α·Ot + Vᵀ·P (banded: each key into the vectors that see it); the first block
+    // starts Ot from 0.
+    const __m512* pv_alpha = j0 == range.lo ? nullptr : alpha;
     if (!banded) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
-                                                 st, nkeys, vb + d, kvstride, alpha, ot + d * kBq);
+                                                 st, nkeys, vb + d, kvstride, pv_alpha, ot + d * kBq);
     } else if constexpr (kQV == kWindowQueryVectors) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template PvBands, kNB>(
             static_cast<int>(std::min<int64_t>(kNB, D - d)), st, seg, nseg, vb + d, kvstride,
-            alpha, ot + d * kBq);
+            pv_alpha, ot + d * kBq);
     }
   }
 

@@ -192,7 +192,8 @@ __attribute__((always_inline)) inline void pv_pair(__m512 (&acc)[NB][QV], const 
 }
 
 // ot[b][·] = α · ot[b][·] + Σ_i vp[i][b] · pp[i][·] over npairs key pairs, for NB head dims b;
-// vp rows (key pairs) D apart. keep_first / keep_last mask the first and last V pair.
+// vp rows (key pairs) D apart. keep_first / keep_last mask the first and last V pair. alpha
+// null: ot starts from 0 (the first key block; ot is not read).
 template <int NB, int QV>
 inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t D,
                     uint32_t keep_first, uint32_t keep_last, const __m512* alpha, float* ot) {
@@ -200,7 +201,8 @@ inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t 
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
-      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
   if (npairs == 1) {
     pv_pair<NB, QV, true>(acc, pp, vp, keep_first & keep_last);
   } else if (npairs > 1) {
@@ -237,7 +239,8 @@ inline void pv_tile_bands(const uint32_t* pp, int npairs, const Segment* seg, in
   __m512 acc[NB][2];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < 2; ++q)
-      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
   for (int g = 0; g < nseg; ++g) {
     const Segment& sg = seg[g];
     if (sg.nv == 2)
@@ -333,7 +336,6 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
         _mm512_store_ps(reinterpret_cast<float*>(qp + (i0p + c) * kBq + r0), t[c]);
     }
   float* ot = s.ot.get();
-  std::memset(ot, 0, sizeof(float) * D * kBq);
   float* st = s.st.get();
   uint32_t* pp = s.pp.get();
 
@@ -352,6 +354,8 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   range.lo += kv.shift;
   range.hi += kv.shift;
   const int64_t start = range.lo < range.hi ? range.lo & ~int64_t{1} : range.hi;
+  // The first key block's PV writes Ot; with none, Ot stays 0.
+  if (start >= range.hi) std::memset(ot, 0, sizeof(float) * D * kBq);
   for (int64_t j0 = start; j0 < range.hi; j0 += kBk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
     const int npairs = (nkeys + 1) / 2;
@@ -461,17 +465,18 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     // Ot = α·Ot + Vᵀ·P. The first pair's even key is unseen when the window started on an odd
     // key; the last pair's odd key is past the block when nkeys is odd.
     const uint32_t keep_first = (j0 < range.lo) ? 0xffff0000u : 0xffffffffu;
+    const __m512* pv_alpha = j0 == start ? nullptr : alpha;  // the first block starts Ot from 0
     const uint32_t keep_last = (nkeys % 2) ? 0x0000ffffu : 0xffffffffu;
     if (!banded) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
                                                  pp, npairs, vb + d, D, keep_first, keep_last,
-                                                 alpha, ot + d * kBq);
+                                                 pv_alpha, ot + d * kBq);
     } else if constexpr (kQV == kWindowQueryVectors) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template PvBands, kNB>(
             static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs, pseg, npseg, vb + d, D,
-            keep_first, keep_last, alpha, ot + d * kBq);
+            keep_first, keep_last, pv_alpha, ot + d * kBq);
     }
   }
 
