@@ -107,8 +107,8 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
 
 // The keys [lo, hi) of pv_tile for the vectors V0 .. V0 + NV - 1 of a 32-row block.
 template <int NB, int V0, int NV>
-__attribute__((always_inline)) inline void pv_run(__m512 (&acc)[NB][2], const float* pt, int lo, int hi, const float* v,
-                   int64_t vstride) {
+__attribute__((always_inline)) inline void pv_run(__m512 (&acc)[NB][2], const float* pt, int lo,
+                                                  int hi, const float* v, int64_t vstride) {
   for (int j = lo; j < hi; ++j) {
     __m512 pv[NV];
     for (int q = 0; q < NV; ++q) pv[q] = _mm512_load_ps(pt + j * 32 + 16 * (V0 + q));

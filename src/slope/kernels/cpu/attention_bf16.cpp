@@ -179,8 +179,8 @@ inline void qk_tile(const uint32_t* qp, const uint16_t* k, int64_t kstride, int6
 // V0 .. V0 + NV - 1 (all QV by default); `keep` drops the half of a V pair whose key no row
 // sees (kMask).
 template <int NB, int QV, bool kMask, int V0 = 0, int NV = QV>
-__attribute__((always_inline)) inline void pv_pair(__m512 (&acc)[NB][QV], const uint32_t* ppi, const uint32_t* vi,
-                    uint32_t keep) {
+__attribute__((always_inline)) inline void pv_pair(__m512 (&acc)[NB][QV], const uint32_t* ppi,
+                                                   const uint32_t* vi, uint32_t keep) {
   __m512bh pv[NV];
   for (int q = 0; q < NV; ++q) pv[q] = load_pairs(ppi + 16 * (V0 + q));
   for (int b = 0; b < NB; ++b) {
@@ -216,14 +216,16 @@ inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t 
 
 // The pairs [lo, hi) of pv_tile for the vectors V0 .. V0 + NV - 1 of a 32-row block.
 template <int NB, int V0, int NV>
-__attribute__((always_inline)) inline void pv_run(__m512 (&acc)[NB][2], const uint32_t* pp, int lo, int hi, int npairs,
-                   const uint32_t* vp, int64_t D, uint32_t keep_first, uint32_t keep_last) {
+__attribute__((always_inline)) inline void pv_run(__m512 (&acc)[NB][2], const uint32_t* pp,
+                                                  int lo, int hi, int npairs, const uint32_t* vp,
+                                                  int64_t D, uint32_t keep_first,
+                                                  uint32_t keep_last) {
   for (int i = lo; i < hi; ++i) {
     const uint32_t* ppi = pp + i * 32;
     const uint32_t* vi = vp + i * D;
     if (i == 0 || i == npairs - 1)
-      pv_pair<NB, 2, true, V0, NV>(acc, ppi, vi,
-                                   (i == 0 ? keep_first : ~0u) & (i == npairs - 1 ? keep_last : ~0u));
+      pv_pair<NB, 2, true, V0, NV>(
+          acc, ppi, vi, (i == 0 ? keep_first : ~0u) & (i == npairs - 1 ? keep_last : ~0u));
     else
       pv_pair<NB, 2, false, V0, NV>(acc, ppi, vi, 0);
   }

@@ -229,7 +229,8 @@ inline __m512d log_pd(__m512d x) {
   const __m512d s = _mm512_div_pd(_mm512_sub_pd(m, one), _mm512_add_pd(m, one));
   const __m512d z = _mm512_mul_pd(s, s);
   __m512d p = _mm512_set1_pd(1.0 / 11);
-  for (const double c : {1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0}) p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(c));
+  for (const double c : {1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0})
+    p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(c));
   return _mm512_fmadd_pd(e, _mm512_set1_pd(kLn2), _mm512_mul_pd(_mm512_add_pd(s, s), p));
 }
 
