@@ -10,13 +10,18 @@
 
 namespace slope::kernels {
 
-// Tiles of flash_attention: query rows and keys per block. Every tile with a visible pair is
-// computed in full; the planner's cost model counts work in these tiles. Sliding windows shorter
-// than 1024 keys take blocks of kAttentionWindowBlockQ query rows, so that a block visits fewer
-// keys that none of its rows sees (W + 31 keys for a window of W instead of W + 63).
+// Tiles of flash_attention: query rows and keys per block. A block streams the keys some row
+// of it sees, all rows at once; the planner's cost model counts work in these tiles. Sliding
+// windows shorter than 1024 keys take blocks of kAttentionWindowBlockQ query rows, so that a
+// block visits fewer keys that none of its rows sees, and there each 16-row query vector
+// (kAttentionWindowVectorQ) computes only the keys some row of it sees: W + 15 keys per row for
+// a window of W, instead of W + 31 (whole 32-row blocks) or W + 63 (64-row blocks).
 inline constexpr int64_t kAttentionBlockQ = 64;
 inline constexpr int64_t kAttentionBlockK = 64;
 inline constexpr int64_t kAttentionWindowBlockQ = 32;
+inline constexpr int64_t kAttentionWindowVectorQ = 16;
+// Windows of fewer keys than this take the window blocks.
+inline constexpr int64_t kAttentionWindowBlockMaxW = 1024;
 
 struct AttentionShape {
   int64_t num_q_heads = 0;

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "slope/core/error.h"
+#include "slope/kernels/attention.h"
 
 namespace slope::planner {
 
@@ -109,6 +110,17 @@ double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64
   if (k1 <= q0 + 1 && (window <= 0 || q1 - window + 1 <= k0))
     return double(q1 - q0) * (double(k1 - k0) + row_overhead);
   double work = 0;
+  if (window > 0 && window < kernels::kAttentionWindowBlockMaxW) {
+    // Short windows: each query vector (kAttentionWindowVectorQ rows from q0) computes the keys
+    // some row of it sees, from the first, whatever the tiles: W + 15 per row in a long run.
+    const int64_t vq = kernels::kAttentionWindowVectorQ;
+    for (int64_t b0 = q0; b0 < q1; b0 += vq) {
+      const int64_t b1 = std::min(b0 + vq, q1);
+      const int64_t lo = std::max(k0, b0 - window + 1), hi = std::min(k1, b1);
+      if (hi > lo) work += double(b1 - b0) * (double(hi - lo) + row_overhead);
+    }
+    return work;
+  }
   for (int64_t b0 = q0; b0 < q1; b0 += bq) {
     const int64_t b1 = std::min(b0 + bq, q1);
     const int64_t lo = window > 0 ? std::max(k0, b0 - window + 1) : k0;  // first key any row sees

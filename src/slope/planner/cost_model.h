@@ -83,6 +83,9 @@ double elementwise_bytes_per_token(const model::ModelConfig& cfg, int tp, const 
 // W (0 = full): every tile with at least one visible pair is computed in full (query tiles
 // start at q0, key tiles at k0), plus `row_overhead` per query row that sees any key (softmax
 // and output work that does not scale with keys). With bq = 0 it is the exact pair count.
+// Windows shorter than kernels::kAttentionWindowBlockMaxW take the kernel's window blocks
+// whatever bq and bk: each kernels::kAttentionWindowVectorQ-row query vector (from q0)
+// computes the keys from the first any row of it sees to the last (kernels/attention.h).
 double attention_tile_work(int64_t q0, int64_t q1, int64_t k0, int64_t k1, int64_t window, int64_t bq,
                            int64_t bk, double row_overhead);
 

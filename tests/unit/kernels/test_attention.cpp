@@ -5,6 +5,12 @@
 // name); BF16 is held to the bound derived at kBf16Unit below.
 #include <gtest/gtest.h>
 
+// GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
+// (_mm512_undefined_* in the headers, GCC bug 105593), here in the kernels' vector ln and e^x.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -13,10 +19,12 @@
 #include <numeric>
 #include <ostream>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "slope/kernels/attention.h"
 #include "slope/kernels/attention_merge.h"
+#include "slope/kernels/cpu/attention_common.h"
 
 namespace slope::kernels {
 
@@ -427,6 +435,54 @@ TEST_P(FlashAttention, WindowBandEdges) {
     }
 }
 
+// A window block's edge tiles are triangles, computed by 16-row query vector: each vector
+// takes only the keys some row of it sees. Windows around the vector and block sizes, causal
+// and not (then the band's upper edge is the keys' end, not the diagonal), several 32-row
+// blocks at positions off multiples of 16 and of 2, odd query and key counts, keys starting
+// before, at and inside the queries' windows; bf16 also split at odd cuts against one call.
+TEST_P(FlashAttention, WindowBandsByVector) {
+  std::mt19937 rng(31);
+  int n = 0;
+  for (int64_t window : {1, 2, 15, 16, 17, 31, 32, 33, 127, 128, 129})
+    for (bool causal : {true, false}) {
+      AttentionShape shape = kHeads[n % 3];
+      shape.head_dim = (const int64_t[]){64, 18, 40}[n % 3];
+      const int64_t nq = (const int64_t[]){97, 61, 130}[n % 3];
+      const int64_t q_pos0 = 2003 + 5 * (n % 4);
+      const int64_t kv_pos0 = q_pos0 - (const int64_t[]){0, 37, 200, 141}[n % 4];
+      const int64_t nk = q_pos0 - kv_pos0 + nq + (causal ? 0 : 23);
+      const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, {causal, window},
+                                    n % 3 == 0 ? 1.0f : 0.2f, n % 2 == 1);
+      SCOPED_TRACE(describe(in));
+      check_flash(in, GetParam());
+      if (GetParam() == ComputeType::BF16 && runs_bf16_kernel(in) && !(n % 2)) {
+        // Keys cut at an odd index: the second call starts on an odd position.
+        const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads, D = shape.head_dim;
+        const int64_t cut = (nk / 2) | 1;
+        std::vector<float> out(nq * Hq * D), lse(nq * Hq), ob(out.size()), lb(lse.size());
+        for (int part = 0; part < 2; ++part) {
+          const int64_t j0 = part ? cut : 0, nkb = part ? nk - cut : cut;
+          flash_attention({.q = in.q.data(), .nq = nq, .q_pos0 = q_pos0,
+                           .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
+                           .nk = nkb, .kv_pos0 = kv_pos0 + j0, .shape = shape, .mask = in.mask,
+                           .scale = in.scale, .compute = GetParam(), .sinks = nullptr,
+                           .out = part ? ob.data() : out.data(), .lse = part ? lb.data() : lse.data()});
+        }
+        attention_merge(out.data(), lse.data(), ob.data(), lb.data(), nq, Hq, D);
+        std::vector<float> one_out, one_lse;
+        run_flash(in, GetParam(), one_out, one_lse);  // no sinks at even n, as the parts
+        const double V = max_abs(in.v);
+        int bad = 0;
+        for (size_t i = 0; i < out.size() && bad < 3; ++i)
+          if (!(std::abs(double(out[i]) - one_out[i]) <= 2e-5 * V)) {
+            ADD_FAILURE() << "element " << i << ": split " << out[i] << ", one call " << one_out[i];
+            ++bad;
+          }
+      }
+      ++n;
+    }
+}
+
 // The bf16 kernel really runs where the CPU has it: its result differs from the f32 kernel's
 // and is closer to exact attention of the rounded inputs than the f32 kernel's is.
 TEST(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
@@ -563,6 +619,75 @@ TEST(AttentionMerge, EmptyRows) {
   EXPECT_EQ(oa[2], 0.0f);
   EXPECT_EQ(oa[3], 0.0f);
 }
+
+// The bf16 kernel keeps its K/V buffers from call to call, one set per calling thread: calls
+// from several threads at once, of different sizes, each match the same call made alone.
+TEST_P(FlashAttention, CallsFromSeveralThreadsAtOnce) {
+  std::mt19937 rng(5);
+  std::vector<Inputs> ins;
+  for (int t = 0; t < 4; ++t)
+    ins.push_back(make_inputs(rng, 40 + 30 * t, 700, 300 + 150 * t, 600 - 7 * t, {4, 2, 64},
+                              {true, t % 2 ? 0 : 128}, 0.2f, t % 2 == 1));
+  std::vector<std::vector<float>> alone_out(ins.size()), alone_lse(ins.size());
+  for (size_t t = 0; t < ins.size(); ++t) run_flash(ins[t], GetParam(), alone_out[t], alone_lse[t]);
+  std::vector<std::vector<float>> out(ins.size()), lse(ins.size());
+  std::vector<int> mismatches(ins.size(), 0);
+  {
+    std::vector<std::thread> threads;
+    for (size_t t = 0; t < ins.size(); ++t)
+      threads.emplace_back([&, t] {
+        for (int rep = 0; rep < 5; ++rep) {
+          run_flash(ins[t], GetParam(), out[t], lse[t]);
+          if (out[t] != alone_out[t] || lse[t] != alone_lse[t]) ++mismatches[t];
+        }
+      });
+    for (std::thread& th : threads) th.join();
+  }
+  for (size_t t = 0; t < ins.size(); ++t) {
+    SCOPED_TRACE(describe(ins[t]));
+    EXPECT_EQ(mismatches[t], 0) << "calls that differ from the same call made alone";
+    check_flash(ins[t], GetParam());
+  }
+}
+
+#if defined(__AVX512F__)
+// The kernels' vector ln and e^x (the LSE and the sink of each row, attention_common.h) against
+// libm: ln to 2e-10 absolute (its series' truncation) over the doubles an f32 row sum can be,
+// the ends of the mantissa interval [0.75, 1.5) included; e^y for y <= 0 to 2e-15 · (1 + |y|)
+// relative (y · log2 e is rounded once; its series' truncation is below 1e-15), 0 for -inf.
+TEST(AttentionLse, VectorLogAndExpMatchLibm) {
+  using namespace attention_detail;
+  std::vector<double> xs;
+  for (double x = 1e-40; x < 1e39; x *= 1.37) xs.push_back(x);
+  for (int e = -20; e <= 20; ++e)
+    for (double m : {0.75, std::nextafter(0.75, 0.0), 1.0, std::nextafter(1.0, 0.0), 1.5,
+                     std::nextafter(1.5, 0.0), std::sqrt(2.0)})
+      xs.push_back(std::ldexp(m, e));
+  while (xs.size() % 8) xs.push_back(1.0);
+  for (size_t i = 0; i < xs.size(); i += 8) {
+    alignas(64) double got[8];
+    _mm512_store_pd(got, log_pd(_mm512_loadu_pd(xs.data() + i)));
+    for (int k = 0; k < 8; ++k)
+      EXPECT_NEAR(got[k], std::log(xs[i + k]), 2e-10 + 1e-15 * std::abs(std::log(xs[i + k])))
+          << "ln " << xs[i + k];
+  }
+  std::vector<double> ys{-kInf, -800.0, -745.0, -0.0};
+  for (double y = -740; y < 0; y += 0.731) ys.push_back(y);
+  for (double y = -1e-3; y < -1e-12; y *= 0.3) ys.push_back(y);
+  while (ys.size() % 8) ys.push_back(0.0);
+  for (size_t i = 0; i < ys.size(); i += 8) {
+    alignas(64) double got[8];
+    _mm512_store_pd(got, exp_pd(_mm512_loadu_pd(ys.data() + i)));
+    for (int k = 0; k < 8; ++k) {
+      const double want = std::exp(ys[i + k]);
+      if (want == 0.0)
+        EXPECT_EQ(got[k], 0.0) << "e^" << ys[i + k];
+      else
+        EXPECT_NEAR(got[k], want, 2e-15 * (1 - ys[i + k]) * want) << "e^" << ys[i + k];
+    }
+  }
+}
+#endif
 
 TEST(AttentionFlops, MatchesBruteForceCount) {
   for (int64_t nq : {1, 7, 64, 130})

@@ -46,10 +46,20 @@ TEST(AttentionTileWork, ByHand) {
   expect_rel(attention_tile_work(0, 128, 0, 128, 0, 64, 64, 10), 13568);
   expect_rel(attention_tile_work(0, 128, 0, 128, 0, 0, 0, 0), 8256);
   expect_rel(attention_pairs(0, 128, 0), 8256);
-  // Window 4, tiles of 4: rows 0-3 see keys 0-3 (1 tile, 16); rows 4-7 see keys 1-7 (tiles 0
-  // and 1, 4 rows x 8 = 32): 48; exact Σ min(q+1, 4) = 1+2+3+4·5 = 26.
-  expect_rel(attention_tile_work(0, 8, 0, 8, 4, 4, 4, 0), 48);
+  // Window 4: short windows go by the kernel's 16-row query vectors whatever the tiles; rows
+  // 0-7 are one vector, which sees keys 0-7: 8 x 8 = 64; exact Σ min(q+1, 4) = 1+2+3+4·5 = 26.
+  expect_rel(attention_tile_work(0, 8, 0, 8, 4, 4, 4, 0), 64);
   expect_rel(attention_tile_work(0, 8, 0, 8, 4, 0, 0, 0), 26);
+  // Window 128, 256 queries from 0: vector g (rows 16g .. 16g+15) sees keys max(0, 16g-127)
+  // .. 16g+15: 16g+16 keys for g < 8, 143 after; 16·16·(1+..+8) + 8·16·143 = 9216 + 18304;
+  // plus 2 per row. Exact: 128·129/2 + 128·128 = 24640.
+  expect_rel(attention_tile_work(0, 256, 0, 256, 128, 64, 64, 0), 27520);
+  expect_rel(attention_tile_work(0, 256, 0, 256, 128, 64, 64, 2), 27520 + 512);
+  expect_rel(attention_tile_work(0, 256, 0, 256, 128, 0, 0, 0), 24640);
+  // From position 1000 with the window's keys before it (a later chunk): every vector 143.
+  expect_rel(attention_tile_work(1000, 1064, 0, 1064, 128, 64, 64, 0), 64 * 143);
+  // Window 1024 and up: the 64 x 64 tiles. 128 queries from 0, window 1024: as causal.
+  expect_rel(attention_tile_work(0, 128, 0, 128, 1024, 64, 64, 0), 12288);
   // Keys all before the queries: a rectangle, 10 x (50 + 3).
   expect_rel(attention_tile_work(100, 110, 0, 50, 0, 64, 64, 3), 530);
   // A narrow last tile: 64 queries, 40 keys (all before them under the causal mask... keys

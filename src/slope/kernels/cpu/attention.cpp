@@ -16,7 +16,9 @@
 // and at the end out = Ot / l, lse = ln2·m + ln l (natural log). Keeping the query index in the
 // vector lanes makes the row max, α and l plain vertical operations, needs no K or V packing
 // (their elements are broadcast straight from [n, Hkv, D]), and works for any head_dim with the
-// same code. Only key blocks crossing the causal diagonal or the window edge are masked.
+// same code. Only key blocks crossing the causal diagonal or the window edge are masked. In a
+// 32-row window block those edge tiles are triangles: there each 16-row query vector computes
+// only the keys some row of it sees (its band, vector_keys in attention_common.h).
 // Rows with no visible key keep m = -inf: we then subtract 0 instead of m (so -inf - -inf never
 // occurs) and they finish with l = 0, out = 0, lse = -inf. A NaN score is not masked away: it
 // makes its 2^x, l and the row's output NaN (exp2_ps keeps NaN), so corrupt inputs show.
@@ -58,10 +60,12 @@ constexpr int kBk = 64;
 static_assert(kBk == kAttentionBlockK, "attention.h states the tiles");
 static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
 
-// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys; k rows kstride apart. QV×NB zmm accumulators.
-template <int NB, int QV>
+// st[b][·] = Σ_d k[b,d] · qt[d][·] for NB keys and QV query vectors; k rows kstride apart, qt
+// and st rows kBq floats apart (16·QV, or a block's full width when QV covers part of it).
+// QV×NB zmm accumulators.
+template <int NB, int QV, int kBq>
 inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D, float* st) {
-  constexpr int kQV = QV, kBq = 16 * QV;
+  constexpr int kQV = QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
@@ -78,6 +82,7 @@ inline void qk_tile(const float* qt, const float* k, int64_t kstride, int64_t D,
 }
 
 // ot[b][·] = α · ot[b][·] + Σ_j v[j,b] · pt[j][·] for NB head dims b; v rows vstride apart.
+// alpha null: ot starts from 0 (the first key block; ot is not read).
 template <int NB, int QV>
 inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
                     const __m512* alpha, float* ot) {
@@ -85,7 +90,8 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
-      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
   for (int j = 0; j < nkeys; ++j) {
     __m512 pv[kQV];
     for (int q = 0; q < kQV; ++q) pv[q] = _mm512_load_ps(pt + j * kBq + 16 * q);
@@ -99,12 +105,52 @@ inline void pv_tile(const float* pt, int nkeys, const float* v, int64_t vstride,
     for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
-template <int QV>
+// The keys [lo, hi) of pv_tile for the vectors V0 .. V0 + NV - 1 of a 32-row block.
+template <int NB, int V0, int NV>
+__attribute__((always_inline)) inline void pv_run(__m512 (&acc)[NB][2], const float* pt, int lo,
+                                                  int hi, const float* v, int64_t vstride) {
+  for (int j = lo; j < hi; ++j) {
+    __m512 pv[NV];
+    for (int q = 0; q < NV; ++q) pv[q] = _mm512_load_ps(pt + j * 32 + 16 * (V0 + q));
+    const float* vj = v + j * vstride;
+    for (int b = 0; b < NB; ++b) {
+      const __m512 vb = _mm512_set1_ps(vj[b]);
+      for (int q = 0; q < NV; ++q) acc[b][V0 + q] = _mm512_fmadd_ps(vb, pv[q], acc[b][V0 + q]);
+    }
+  }
+}
+
+// pv_tile for the two query vectors of a 32-row window block over key runs `seg`
+// (split_bands): each key multiplies into the vectors whose band holds it.
+template <int NB>
+inline void pv_tile_bands(const float* pt, const Segment* seg, int nseg, const float* v,
+                          int64_t vstride, const __m512* alpha, float* ot) {
+  constexpr int kBq = 32;
+  __m512 acc[NB][2];
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < 2; ++q)
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
+  for (int g = 0; g < nseg; ++g) {
+    const Segment& sg = seg[g];
+    if (sg.nv == 2)
+      pv_run<NB, 0, 2>(acc, pt, sg.lo, sg.hi, v, vstride);
+    else if (sg.v == 0)
+      pv_run<NB, 0, 1>(acc, pt, sg.lo, sg.hi, v, vstride);
+    else
+      pv_run<NB, 1, 1>(acc, pt, sg.lo, sg.hi, v, vstride);
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < 2; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
+}
+
+// QV query vectors of a block kBq rows wide.
+template <int QV, int kBq = 16 * QV>
 struct Tiles {
   template <int NB>
   struct Qk {
     static void run(const float* qt, const float* k, int64_t ks, int64_t D, float* st) {
-      qk_tile<NB, QV>(qt, k, ks, D, st);
+      qk_tile<NB, QV, kBq>(qt, k, ks, D, st);
     }
   };
   template <int NB>
@@ -112,6 +158,13 @@ struct Tiles {
     static void run(const float* pt, int n, const float* v, int64_t vs, const __m512* a,
                     float* ot) {
       pv_tile<NB, QV>(pt, n, v, vs, a, ot);
+    }
+  };
+  template <int NB>
+  struct PvBands {
+    static void run(const float* pt, const Segment* seg, int nseg, const float* v, int64_t vs,
+                    const __m512* a, float* ot) {
+      pv_tile_bands<NB>(pt, seg, nseg, v, vs, a, ot);
     }
   };
 };
@@ -160,7 +213,6 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       for (int c = 0; c < 16 && d0 + c < D; ++c) _mm512_store_ps(qt + (d0 + c) * kBq + r0, t[c]);
     }
   float* ot = s.ot.get();
-  std::memset(ot, 0, sizeof(float) * D * kBq);
   float* st = s.st.get();
 
   __m512 m[kQV], l[kQV], alpha[kQV];
@@ -172,18 +224,15 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
   const __m512 neg_inf = _mm512_set1_ps(kNegInf);
 
   const KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
+  // The first key block's PV writes Ot; with none, Ot stays 0.
+  if (range.lo >= range.hi) std::memset(ot, 0, sizeof(float) * D * kBq);
   for (int64_t j0 = range.lo; j0 < range.hi; j0 += kBk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
     const float* kb = pb.k + j0 * kvstride + kvh * D;
     const float* vb = pb.v + j0 * kvstride + kvh * D;
 
-    // S = K·Qt for this key block.
-    for (int j = 0; j < nkeys; j += kNB)
-      dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
-                          st + j * kBq);
-
-    // Mask if the block crosses the diagonal or the window edge. Key j (position kp) is visible
-    // to rows r with r_min <= r < r_max, r_min = kp - qa (causal), r_max = kp + W - qa (window).
+    // Key j (position kp) is visible to rows r with r_min <= r < r_max, r_min = kp - qa
+    // (causal), r_max = kp + W - qa (window).
     const int64_t kp0 = pb.kv_pos0 + j0;
     auto r_min = [&](int64_t kp) {
       return pb.mask.causal ? std::clamp<int64_t>(kp - qa, 0, kBq) : int64_t{0};
@@ -193,6 +242,37 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
                                 : int64_t{kBq};
     };
     const bool full = r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
+    // A window block's edge tiles are triangles: there each query vector computes only the
+    // keys some row of it sees (its band), the others' scores are masked to -inf below and
+    // their products skipped.
+    const bool banded = kQV == kWindowQueryVectors && !full;
+    Band band[kQV];
+    Segment seg[3];
+    int nseg = 0;
+    if (banded) {
+      for (int v = 0; v < kQV; ++v) band[v] = vector_keys(v, qa, nrows, kp0, nkeys, 0, pb.mask);
+      nseg = split_bands(band[0], band[1], seg);
+    }
+
+    // S = K·Qt for this key block.
+    if (!banded) {
+      for (int j = 0; j < nkeys; j += kNB)
+        dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride,
+                                                 kvstride, D, st + j * kBq);
+    } else if constexpr (kQV == kWindowQueryVectors) {
+      for (int g = 0; g < nseg; ++g)
+        for (int j = seg[g].lo; j < seg[g].hi; j += kNB) {
+          const int nb = std::min(kNB, seg[g].hi - j);
+          const float* qg = qt + 16 * seg[g].v;
+          float* sg = st + j * kBq + 16 * seg[g].v;
+          if (seg[g].nv == 2)
+            dispatch_nb<Tiles<2, kBq>::template Qk, kNB>(nb, qg, kb + j * kvstride, kvstride, D, sg);
+          else
+            dispatch_nb<Tiles<1, kBq>::template Qk, kNB>(nb, qg, kb + j * kvstride, kvstride, D, sg);
+        }
+    }
+
+    // Mask if the block crosses the diagonal or the window edge.
     if (!full) {
       // Only the keys at the window edge and past the diagonal: a band's middle keys are
       // visible to every row.
@@ -223,8 +303,10 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse[v]));
       sum[v] = _mm512_setzero_ps();
     }
+    // (Banded: only the probabilities PV reads.)
     for (int j = 0; j < nkeys; ++j)
       for (int v = 0; v < kQV; ++v) {
+        if (banded && (j < band[v].lo || j >= band[v].hi)) continue;
         float* p = st + j * kBq + 16 * v;
         const __m512 e = cpu::exp2_ps(_mm512_sub_ps(_mm512_load_ps(p), muse[v]));
         _mm512_store_ps(p, e);
@@ -235,10 +317,19 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       m[v] = mx[v];
     }
 
-    // Ot = α·Ot + Vᵀ·P.
-    for (int64_t d = 0; d < D; d += kNB)
-      dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
-                          kvstride, alpha, ot + d * kBq);
+    // Ot = α·Ot + Vᵀ·P (banded: each key into the vectors that see it); the first block
+    // starts Ot from 0.
+    const __m512* pv_alpha = j0 == range.lo ? nullptr : alpha;
+    if (!banded) {
+      for (int64_t d = 0; d < D; d += kNB)
+        dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
+                                                 st, nkeys, vb + d, kvstride, pv_alpha, ot + d * kBq);
+    } else if constexpr (kQV == kWindowQueryVectors) {
+      for (int64_t d = 0; d < D; d += kNB)
+        dispatch_nb<Tiles<QV>::template PvBands, kNB>(
+            static_cast<int>(std::min<int64_t>(kNB, D - d)), st, seg, nseg, vb + d, kvstride,
+            pv_alpha, ot + d * kBq);
+    }
   }
 
   // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.

@@ -151,12 +151,13 @@ inline __m512bh broadcast_pair(uint32_t pair) {
   return (__m512bh)_mm512_set1_epi32(static_cast<int>(pair));
 }
 
-// st[b][·] = Σ_d k[b,d] · q[·,d] for NB keys (unscaled); qp: [D/2][kBq] query pairs, k rows
-// (bf16) kstride apart.
-template <int NB, int QV>
+// st[b][·] = Σ_d k[b,d] · q[·,d] for NB keys and QV query vectors (unscaled); qp: [D/2][kBq]
+// query pairs, st rows kBq apart (16·QV, or a block's full width when QV covers part of it), k
+// rows (bf16) kstride apart.
+template <int NB, int QV, int kBq>
 inline void qk_tile(const uint32_t* qp, const uint16_t* k, int64_t kstride, int64_t Dh,
                     float* st) {
-  constexpr int kQV = QV, kBq = 16 * QV;
+  constexpr int kQV = QV;
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int v = 0; v < kQV; ++v) acc[b][v] = _mm512_setzero_ps();
@@ -174,24 +175,25 @@ inline void qk_tile(const uint32_t* qp, const uint16_t* k, int64_t kstride, int6
     for (int v = 0; v < kQV; ++v) _mm512_store_ps(st + b * kBq + 16 * v, acc[b][v]);
 }
 
-// acc[b][·] += v pair (i, b) · P pair (i, ·) for one key pair; `keep` drops the half of a V pair
-// whose key no row sees (kMask).
-template <int NB, int QV, bool kMask>
-inline void pv_pair(__m512 (&acc)[NB][QV], const uint32_t* ppi, const uint32_t* vi,
-                    uint32_t keep) {
-  constexpr int kQV = QV;
-  __m512bh pv[kQV];
-  for (int q = 0; q < kQV; ++q) pv[q] = load_pairs(ppi + 16 * q);
+// acc[b][·] += v pair (i, b) · P pair (i, ·) for one key pair and the query vectors
+// V0 .. V0 + NV - 1 (all QV by default); `keep` drops the half of a V pair whose key no row
+// sees (kMask).
+template <int NB, int QV, bool kMask, int V0 = 0, int NV = QV>
+__attribute__((always_inline)) inline void pv_pair(__m512 (&acc)[NB][QV], const uint32_t* ppi,
+                                                   const uint32_t* vi, uint32_t keep) {
+  __m512bh pv[NV];
+  for (int q = 0; q < NV; ++q) pv[q] = load_pairs(ppi + 16 * (V0 + q));
   for (int b = 0; b < NB; ++b) {
     uint32_t pair = vi[b];
     if constexpr (kMask) pair &= keep;
     const __m512bh vb = broadcast_pair(pair);
-    for (int q = 0; q < kQV; ++q) acc[b][q] = _mm512_dpbf16_ps(acc[b][q], vb, pv[q]);
+    for (int q = 0; q < NV; ++q) acc[b][V0 + q] = _mm512_dpbf16_ps(acc[b][V0 + q], vb, pv[q]);
   }
 }
 
 // ot[b][·] = α · ot[b][·] + Σ_i vp[i][b] · pp[i][·] over npairs key pairs, for NB head dims b;
-// vp rows (key pairs) D apart. keep_first / keep_last mask the first and last V pair.
+// vp rows (key pairs) D apart. keep_first / keep_last mask the first and last V pair. alpha
+// null: ot starts from 0 (the first key block; ot is not read).
 template <int NB, int QV>
 inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t D,
                     uint32_t keep_first, uint32_t keep_last, const __m512* alpha, float* ot) {
@@ -199,7 +201,8 @@ inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t 
   __m512 acc[NB][kQV];
   for (int b = 0; b < NB; ++b)
     for (int q = 0; q < kQV; ++q)
-      acc[b][q] = _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q]);
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
   if (npairs == 1) {
     pv_pair<NB, QV, true>(acc, pp, vp, keep_first & keep_last);
   } else if (npairs > 1) {
@@ -211,12 +214,55 @@ inline void pv_tile(const uint32_t* pp, int npairs, const uint32_t* vp, int64_t 
     for (int q = 0; q < kQV; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
-template <int QV>
+// The pairs [lo, hi) of pv_tile for the vectors V0 .. V0 + NV - 1 of a 32-row block.
+template <int NB, int V0, int NV>
+__attribute__((always_inline)) inline void pv_run(__m512 (&acc)[NB][2], const uint32_t* pp,
+                                                  int lo, int hi, int npairs, const uint32_t* vp,
+                                                  int64_t D, uint32_t keep_first,
+                                                  uint32_t keep_last) {
+  for (int i = lo; i < hi; ++i) {
+    const uint32_t* ppi = pp + i * 32;
+    const uint32_t* vi = vp + i * D;
+    if (i == 0 || i == npairs - 1)
+      pv_pair<NB, 2, true, V0, NV>(
+          acc, ppi, vi, (i == 0 ? keep_first : ~0u) & (i == npairs - 1 ? keep_last : ~0u));
+    else
+      pv_pair<NB, 2, false, V0, NV>(acc, ppi, vi, 0);
+  }
+}
+
+// pv_tile for the two query vectors of a 32-row window block over key-pair runs `seg`
+// (split_bands): each pair multiplies into the vectors whose band holds it.
+template <int NB>
+inline void pv_tile_bands(const uint32_t* pp, int npairs, const Segment* seg, int nseg,
+                          const uint32_t* vp, int64_t D, uint32_t keep_first, uint32_t keep_last,
+                          const __m512* alpha, float* ot) {
+  constexpr int kBq = 32;
+  __m512 acc[NB][2];
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < 2; ++q)
+      acc[b][q] = alpha ? _mm512_mul_ps(_mm512_load_ps(ot + b * kBq + 16 * q), alpha[q])
+                        : _mm512_setzero_ps();
+  for (int g = 0; g < nseg; ++g) {
+    const Segment& sg = seg[g];
+    if (sg.nv == 2)
+      pv_run<NB, 0, 2>(acc, pp, sg.lo, sg.hi, npairs, vp, D, keep_first, keep_last);
+    else if (sg.v == 0)
+      pv_run<NB, 0, 1>(acc, pp, sg.lo, sg.hi, npairs, vp, D, keep_first, keep_last);
+    else
+      pv_run<NB, 1, 1>(acc, pp, sg.lo, sg.hi, npairs, vp, D, keep_first, keep_last);
+  }
+  for (int b = 0; b < NB; ++b)
+    for (int q = 0; q < 2; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
+}
+
+// QV query vectors of a block kBq rows wide.
+template <int QV, int kBq = 16 * QV>
 struct Tiles {
   template <int NB>
   struct Qk {
     static void run(const uint32_t* qp, const uint16_t* k, int64_t ks, int64_t Dh, float* st) {
-      qk_tile<NB, QV>(qp, k, ks, Dh, st);
+      qk_tile<NB, QV, kBq>(qp, k, ks, Dh, st);
     }
   };
   template <int NB>
@@ -224,6 +270,13 @@ struct Tiles {
     static void run(const uint32_t* pp, int n, const uint32_t* vp, int64_t D, uint32_t kf,
                     uint32_t kl, const __m512* a, float* ot) {
       pv_tile<NB, QV>(pp, n, vp, D, kf, kl, a, ot);
+    }
+  };
+  template <int NB>
+  struct PvBands {
+    static void run(const uint32_t* pp, int n, const Segment* seg, int nseg, const uint32_t* vp,
+                    int64_t D, uint32_t kf, uint32_t kl, const __m512* a, float* ot) {
+      pv_tile_bands<NB>(pp, n, seg, nseg, vp, D, kf, kl, a, ot);
     }
   };
 };
@@ -285,7 +338,6 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
         _mm512_store_ps(reinterpret_cast<float*>(qp + (i0p + c) * kBq + r0), t[c]);
     }
   float* ot = s.ot.get();
-  std::memset(ot, 0, sizeof(float) * D * kBq);
   float* st = s.st.get();
   uint32_t* pp = s.pp.get();
 
@@ -304,19 +356,16 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   range.lo += kv.shift;
   range.hi += kv.shift;
   const int64_t start = range.lo < range.hi ? range.lo & ~int64_t{1} : range.hi;
+  // The first key block's PV writes Ot; with none, Ot stays 0.
+  if (start >= range.hi) std::memset(ot, 0, sizeof(float) * D * kBq);
   for (int64_t j0 = start; j0 < range.hi; j0 += kBk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(kBk, range.hi - j0));
     const int npairs = (nkeys + 1) / 2;
     const uint16_t* kb = kv.k16 + j0 * kvstride + kvh * D;
     const uint32_t* vb = kv.vp + (kvh * kv.np + j0 / 2) * D;
 
-    // S = K·Qᵀ for this key block, unscaled.
-    for (int j = 0; j < nkeys; j += kNB)
-      dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * kvstride, kvstride, Dh,
-                               st + j * kBq);
-
-    // Mask exactly as the f32 kernel: key j (position kp) is visible to rows r_min <= r < r_max;
-    // a slot before range.lo to none.
+    // Key j (position kp) is visible to rows r_min <= r < r_max; a slot before range.lo to
+    // none.
     const int64_t kp0 = pb.kv_pos0 - kv.shift + j0;
     auto r_min = [&](int64_t kp) {
       return pb.mask.causal ? std::clamp<int64_t>(kp - qa, 0, kBq) : int64_t{0};
@@ -326,6 +375,42 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
                                 : int64_t{kBq};
     };
     const bool full = j0 >= range.lo && r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
+    // A window block's edge tiles are triangles: there each query vector computes only the
+    // keys some row of it sees (its band; for PV the key pairs holding them), the others'
+    // scores are masked to -inf below and their probabilities and products skipped.
+    const bool banded = kQV == kWindowQueryVectors && !full;
+    Band band[kQV], pband[kQV];
+    Segment seg[3], pseg[3];
+    int nseg = 0, npseg = 0;
+    if (banded) {
+      const int unseen = static_cast<int>(std::clamp<int64_t>(range.lo - j0, 0, nkeys));
+      for (int v = 0; v < kQV; ++v) {
+        band[v] = vector_keys(v, qa, nrows, kp0, nkeys, unseen, pb.mask);
+        pband[v] = band[v].lo < band[v].hi ? Band{band[v].lo / 2, (band[v].hi + 1) / 2} : Band{};
+      }
+      nseg = split_bands(band[0], band[1], seg);
+      npseg = split_bands(pband[0], pband[1], pseg);
+    }
+
+    // S = K·Qᵀ for this key block, unscaled.
+    if (!banded) {
+      for (int j = 0; j < nkeys; j += kNB)
+        dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * kvstride,
+                                                 kvstride, Dh, st + j * kBq);
+    } else if constexpr (kQV == kWindowQueryVectors) {
+      for (int g = 0; g < nseg; ++g)
+        for (int j = seg[g].lo; j < seg[g].hi; j += kNB) {
+          const int nb = std::min(kNB, seg[g].hi - j);
+          const uint32_t* qg = qp + 16 * seg[g].v;
+          float* sg = st + j * kBq + 16 * seg[g].v;
+          if (seg[g].nv == 2)
+            dispatch_nb<Tiles<2, kBq>::template Qk, kNB>(nb, qg, kb + j * kvstride, kvstride, Dh, sg);
+          else
+            dispatch_nb<Tiles<1, kBq>::template Qk, kNB>(nb, qg, kb + j * kvstride, kvstride, Dh, sg);
+        }
+    }
+
+    // Mask exactly as the f32 kernel.
     if (!full) {
       for (int j = 0; j < nkeys; ++j) {
         const bool none = j0 + j < range.lo;
@@ -358,11 +443,13 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse[v]));
       sum[v] = _mm512_setzero_ps();
     }
-    // P = 2^(c·S - m), summed in f32 and packed to bf16 key pairs for PV.
+    // P = 2^(c·S - m), summed in f32 and packed to bf16 key pairs for PV (banded: only the
+    // pairs PV reads).
     for (int i = 0; i < npairs; ++i) {
       const float* s0 = st + 2 * i * kBq;
       const bool second = 2 * i + 1 < nkeys;
       for (int v = 0; v < kQV; ++v) {
+        if (banded && (i < pband[v].lo || i >= pband[v].hi)) continue;
         const __m512 e0 =
             cpu::exp2_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + 16 * v)), muse[v]));
         const __m512 e1 =
@@ -380,10 +467,19 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     // Ot = α·Ot + Vᵀ·P. The first pair's even key is unseen when the window started on an odd
     // key; the last pair's odd key is past the block when nkeys is odd.
     const uint32_t keep_first = (j0 < range.lo) ? 0xffff0000u : 0xffffffffu;
+    const __m512* pv_alpha = j0 == start ? nullptr : alpha;  // the first block starts Ot from 0
     const uint32_t keep_last = (nkeys % 2) ? 0x0000ffffu : 0xffffffffu;
-    for (int64_t d = 0; d < D; d += kNB)
-      dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs,
-                               vb + d, D, keep_first, keep_last, alpha, ot + d * kBq);
+    if (!banded) {
+      for (int64_t d = 0; d < D; d += kNB)
+        dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
+                                                 pp, npairs, vb + d, D, keep_first, keep_last,
+                                                 pv_alpha, ot + d * kBq);
+    } else if constexpr (kQV == kWindowQueryVectors) {
+      for (int64_t d = 0; d < D; d += kNB)
+        dispatch_nb<Tiles<QV>::template PvBands, kNB>(
+            static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs, pseg, npseg, vb + d, D,
+            keep_first, keep_last, pv_alpha, ot + d * kBq);
+    }
   }
 
   // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.
@@ -396,12 +492,33 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
                     pb.lse + i0 * pb.Hq + h);
 }
 
+// A grow-only buffer of at least n T, 64-byte aligned, its contents undefined.
+template <typename T>
+struct GrowBuf {
+  Buf<T> buf;
+  int64_t cap = 0;
+  T* get(int64_t n) {
+    if (n > cap) {
+      buf.reset();  // before allocating the larger one: never both at once
+      buf = alloc<T>(n);
+      cap = n;
+    }
+    return buf.get();
+  }
+};
+
 void run_kernel(const Problem& pb) {
   const int64_t D = pb.D, kvstride = pb.Hkv * D, shift = pb.kv_pos0 & 1;
   const int64_t slots = pb.nk + shift, np = (slots + 1) / 2;
-  const Buf<uint16_t> k16 = alloc<uint16_t>(slots * kvstride);
-  const Buf<uint32_t> vp = alloc<uint32_t>(pb.Hkv * np * D);
-  const PackedKv kv{k16.get(), vp.get(), np, shift};
+  // K and V in bf16, kept by the calling thread from call to call: the engine calls attention
+  // once per layer per chunk, and fresh buffers cost a page fault per 4 KiB written each time.
+  // Per thread, so that calls from several threads never share them; the OpenMP workers below
+  // write and read them through these pointers.
+  thread_local GrowBuf<uint16_t> k16_buf;
+  thread_local GrowBuf<uint32_t> vp_buf;
+  uint16_t* const k16 = k16_buf.get(slots * kvstride);
+  uint32_t* const vp = vp_buf.get(pb.Hkv * np * D);
+  const PackedKv kv{k16, vp, np, shift};
   // Only the slots of keys some query sees (from an even slot) are filled: the blocks read no
   // other.
   KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
@@ -412,16 +529,15 @@ void run_kernel(const Problem& pb) {
   const int64_t tasks = nqb * pb.Hq;
 #pragma omp parallel
   {
-    // K and V to bf16 once per call (each omp for ends in a barrier); untouched rows stay
-    // unallocated pages.
+    // K and V to bf16 once per call (each omp for ends in a barrier).
 #pragma omp for schedule(static)
     for (int64_t j = used.lo; j < used.hi; ++j) {
       if (j < shift)
-        std::memset(k16.get(), 0, sizeof(uint16_t) * kvstride);
+        std::memset(k16, 0, sizeof(uint16_t) * kvstride);
       else
-        to_bf16(pb.k + (j - shift) * kvstride, kvstride, k16.get() + j * kvstride);
+        to_bf16(pb.k + (j - shift) * kvstride, kvstride, k16 + j * kvstride);
     }
-    pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp.get());
+    pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp);
 
     Scratch s(D);
     const int64_t ahead = omp_get_num_threads();

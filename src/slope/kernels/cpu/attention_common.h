@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <limits>
 
 #include "slope/kernels/attention.h"
@@ -19,6 +20,7 @@ namespace slope::kernels::attention_detail {
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr double kLog2e = 1.44269504088896340736;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Visible key index range [lo, hi) of k/v for the query positions [p_first, p_last].
 struct KeyRange {
@@ -82,15 +84,67 @@ struct Problem {
 
 // Query vectors (16 rows each) per work unit. A block of B query rows under a window of W keys
 // visits W + B - 1 keys for the W each row sees: 191 for 128 at B = 64, 159 at B = 32, 143 at
-// B = 16. Windows shorter than 1024 keys take 32-row blocks (kAttentionWindowBlockQ);
-// everything else 64 (kAttentionBlockQ), whose micro-kernels reuse each broadcast K or V value
-// over more rows. (16-row blocks measured slower than 32 at W = 128, f32 and bf16, the 16
-// fewer keys notwithstanding: their micro-kernels load a broadcast value per vector FMA.)
+// B = 16. Windows shorter than 1024 keys take 32-row blocks (kAttentionWindowBlockQ), whose
+// edge tiles go by vector (vector_keys, split_bands): 143 keys per row at W = 128, with the
+// micro-kernels of two vectors over the band's middle; everything else 64 (kAttentionBlockQ),
+// whose micro-kernels reuse each broadcast K or V value over more rows. (16-row blocks measured
+// slower than 32 at W = 128, f32 and bf16, the 16 fewer keys notwithstanding: their
+// micro-kernels load a broadcast value per vector FMA.)
 constexpr int kMaxQueryVectors = 4;
 constexpr int kWindowQueryVectors = 2;
 static_assert(16 * kWindowQueryVectors == kAttentionWindowBlockQ, "attention.h states the tiles");
+static_assert(kAttentionWindowVectorQ == 16, "attention.h states the tiles");
 inline int query_vectors(const AttentionMask& mask) {
-  return mask.window > 0 && mask.window < 1024 ? kWindowQueryVectors : kMaxQueryVectors;
+  return mask.window > 0 && mask.window < kAttentionWindowBlockMaxW ? kWindowQueryVectors
+                                                                    : kMaxQueryVectors;
+}
+
+// Keys [lo, hi) of a key block, as indices into the block (or, halved, key pairs).
+struct Band {
+  int lo = 0, hi = 0;
+};
+
+// The keys of a key block that some row of query vector v sees: rows 16v .. 16v + 15 (fewer in
+// a last, partial vector; none past nrows) of a block whose row 0 is at global position qa,
+// against the block's nkeys keys at positions kp0, kp0 + 1, .., of which the first `unseen`
+// are visible to no row. Each row sees a run of keys that starts and ends at most one key after
+// the previous row's, so the union is one run, and both ends never decrease with v (an empty
+// vector past nrows is {nkeys, nkeys}).
+inline Band vector_keys(int v, int64_t qa, int nrows, int64_t kp0, int nkeys, int unseen,
+                        const AttentionMask& mask) {
+  const int r0 = 16 * v, r1 = std::min(16 * v + 16, nrows);
+  if (r1 <= r0) return {nkeys, nkeys};
+  int64_t lo = unseen, hi = nkeys;
+  if (mask.window > 0) lo = std::max<int64_t>(lo, qa + r0 - mask.window + 1 - kp0);
+  if (mask.causal) hi = std::min<int64_t>(hi, qa + r1 - kp0);
+  lo = std::clamp<int64_t>(lo, 0, nkeys);
+  hi = std::clamp<int64_t>(hi, lo, nkeys);
+  return {static_cast<int>(lo), static_cast<int>(hi)};
+}
+
+// A run of keys (or key pairs) [lo, hi) that exactly the query vectors v .. v + nv - 1 see.
+struct Segment {
+  int lo, hi, v, nv;
+};
+
+// The two vectors of a 32-row window block with bands b0, b1 as up to three runs: vector 0
+// alone, both, vector 1 alone. Returns the count; seg[0 .. count) in key order. Where both
+// bands are non-empty their ends must not decrease from b0 to b1 (vector_keys, and the pairs
+// holding its keys).
+inline int split_bands(Band b0, Band b1, Segment (&seg)[3]) {
+  int n = 0;
+  auto put = [&](int lo, int hi, int v, int nv) {
+    if (lo < hi) seg[n++] = {lo, hi, v, nv};
+  };
+  if (b0.lo >= b0.hi || b1.lo >= b1.hi) {
+    put(b0.lo, b0.hi, 0, 1);
+    put(b1.lo, b1.hi, 1, 1);
+    return n;
+  }
+  put(b0.lo, std::min(b0.hi, b1.lo), 0, 1);
+  put(b1.lo, b0.hi, 0, 2);
+  put(std::max(b0.hi, b1.lo), b1.hi, 1, 1);
+  return n;
 }
 
 #if defined(__AVX512F__)
@@ -163,22 +217,102 @@ inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t
   prefetch_rows(pb.out, i0, bq, pb, h, true);
 }
 
+// ln x for 8 finite doubles x > 0: x = 2^e · m with m in [0.75, 1.5), ln m = 2 atanh(s) with
+// s = (m - 1)/(m + 1) in [-1/7, 1/5), by its series to s^11 (truncation below 2e-10, far under
+// the f32 the LSE is stored in).
+inline __m512d log_pd(__m512d x) {
+  const __m512d m = _mm512_getmant_pd(x, _MM_MANT_NORM_p75_1p5, _MM_MANT_SIGN_zero);
+  // getexp is floor(log2 x), the exponent of m in [1, 2); one more where m was halved.
+  const __m512d one = _mm512_set1_pd(1.0);
+  const __m512d e = _mm512_mask_add_pd(_mm512_getexp_pd(x), _mm512_cmp_pd_mask(m, one, _CMP_LT_OQ),
+                                       _mm512_getexp_pd(x), one);
+  const __m512d s = _mm512_div_pd(_mm512_sub_pd(m, one), _mm512_add_pd(m, one));
+  const __m512d z = _mm512_mul_pd(s, s);
+  __m512d p = _mm512_set1_pd(1.0 / 11);
+  for (const double c : {1.0 / 9, 1.0 / 7, 1.0 / 5, 1.0 / 3, 1.0})
+    p = _mm512_fmadd_pd(p, z, _mm512_set1_pd(c));
+  return _mm512_fmadd_pd(e, _mm512_set1_pd(kLn2), _mm512_mul_pd(_mm512_add_pd(s, s), p));
+}
+
+// e^y for 8 doubles y <= 0 (-inf and y below -745 give 0): y·log2 e = n + f, |f| <= 1/2,
+// e^(f ln 2) by its Taylor series to degree 12 (truncation below 1e-14), times 2^n by vscalefpd.
+inline __m512d exp_pd(__m512d y) {
+  const __m512d x = _mm512_mul_pd(_mm512_max_pd(y, _mm512_set1_pd(-800.0)), _mm512_set1_pd(kLog2e));
+  const __m512d n = _mm512_roundscale_pd(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512d g = _mm512_mul_pd(_mm512_sub_pd(x, n), _mm512_set1_pd(kLn2));
+  double c = 1.0;
+  for (int k = 2; k <= 12; ++k) c /= k;  // 1/12!
+  __m512d p = _mm512_set1_pd(c);
+  for (int k = 11; k >= 0; --k) {
+    c *= k + 1;  // 1/k!
+    p = _mm512_fmadd_pd(p, g, _mm512_set1_pd(c));
+  }
+  return _mm512_scalef_pd(p, n);
+}
+
+// finish_row for 8 rows at once (m2 and l as doubles, sink s or none), where every l is
+// positive and finite and every m2 finite: lse = m2·ln2 + ln l, factor = 1/l; with the sink,
+// lse' = logaddexp(lse, s) = max + ln(1 + t), t = e^(min - max), and factor · e^(lse - lse'),
+// which is 1/(1 + t) where lse >= s and t/(1 + t) where s is larger.
+inline void finish_rows8(__m512d m2, __m512d l, const float* sink, __m512d& lse_out,
+                         __m512d& factor_out) {
+  const __m512d one = _mm512_set1_pd(1.0);
+  __m512d lse = _mm512_fmadd_pd(m2, _mm512_set1_pd(kLn2), log_pd(l));
+  __m512d factor = _mm512_div_pd(one, l);
+  if (sink) {
+    const __m512d sv = _mm512_set1_pd(*sink);
+    const __mmask8 sink_wins = _mm512_cmp_pd_mask(sv, lse, _CMP_GT_OQ);
+    const __m512d hi = _mm512_max_pd(lse, sv), lo = _mm512_min_pd(lse, sv);
+    const __m512d t = exp_pd(_mm512_sub_pd(lo, hi));
+    const __m512d t1 = _mm512_add_pd(one, t);
+    const __m512d w = _mm512_div_pd(_mm512_mask_blend_pd(sink_wins, one, t), t1);
+    lse = _mm512_add_pd(hi, log_pd(t1));
+    factor = _mm512_mul_pd(factor, w);
+  }
+  lse_out = lse;
+  factor_out = factor;
+}
+
 // Finalises a block of kBq query rows of head h (attend_block in both kernels): from the
 // transposed numerator ot [D][kBq] and the running max m and sum l of each row,
 // out[r, h, :] = ot[:][r] · factor and lse[r, h] (finish_row), for the first nrows rows of out
-// (rows qstride apart) and lse (rows Hq apart).
+// (rows qstride apart) and lse (rows Hq apart). Rows of 8 whose l are all positive and finite
+// and m finite, with a finite sink or none, take finish_rows8; any other row finish_row.
 template <int kBq>
 inline void finish_block(const float* ot, const float* mrow, const float* lrow, int nrows,
                          const Problem& pb, int64_t h, float* out, float* lse) {
   const int64_t D = pb.D, qstride = pb.Hq * D;
   alignas(64) float fac[kBq];
-  for (int r = 0; r < kBq; ++r) {
-    if (r < nrows) {
-      const RowFinal f = finish_row(mrow[r], lrow[r], pb.sinks, h);
-      fac[r] = f.out_factor;
-      lse[r * pb.Hq] = f.lse;
+  const float* sink = pb.sinks ? pb.sinks + h : nullptr;
+  const bool sink_ok = !sink || std::isfinite(*sink);
+  for (int r0 = 0; r0 < kBq; r0 += 8) {
+    const __mmask8 rows = static_cast<__mmask8>(first_lanes(nrows - r0));
+    if (rows == 0) {
+      _mm256_store_ps(fac + r0, _mm256_setzero_ps());
+      continue;
+    }
+    const __m512d m2 = _mm512_cvtps_pd(_mm256_load_ps(mrow + r0));
+    const __m512d l = _mm512_cvtps_pd(_mm256_load_ps(lrow + r0));
+    const __mmask8 ok = _mm512_cmp_pd_mask(l, _mm512_setzero_pd(), _CMP_GT_OQ) &
+                        _mm512_cmp_pd_mask(l, _mm512_set1_pd(kInf), _CMP_LT_OQ) &
+                        _mm512_cmp_pd_mask(_mm512_abs_pd(m2), _mm512_set1_pd(kInf), _CMP_LT_OQ);
+    if (sink_ok && (ok & rows) == rows) {
+      __m512d lv, fv;
+      finish_rows8(m2, l, sink, lv, fv);
+      _mm256_store_ps(fac + r0, _mm256_maskz_mov_ps(rows, _mm512_cvtpd_ps(fv)));
+      alignas(32) float lf[8];
+      _mm256_store_ps(lf, _mm512_cvtpd_ps(lv));
+      for (int r = r0; r < r0 + 8 && r < nrows; ++r) lse[r * pb.Hq] = lf[r - r0];
     } else {
-      fac[r] = 0.0f;
+      for (int r = r0; r < r0 + 8; ++r) {
+        if (r < nrows) {
+          const RowFinal f = finish_row(mrow[r], lrow[r], pb.sinks, h);
+          fac[r] = f.out_factor;
+          lse[r * pb.Hq] = f.lse;
+        } else {
+          fac[r] = 0.0f;
+        }
+      }
     }
   }
   // 16 x 16 tiles of ot · factor, transposed into the output rows.
