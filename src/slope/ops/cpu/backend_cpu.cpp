@@ -70,6 +70,22 @@ class CpuBackend final : public Backend {
                kernels::NormOrder order, DType act_dtype) const override {
     kernels::rmsnorm(x, w, y, rows, dim, eps, order, act_dtype);
   }
+  // bf16: the norm writes the GEMM's bf16 input rows itself (no f32 rows and conversion pass),
+  // into a per-thread buffer that persists across calls.
+  void rmsnorm_linear(const float* x, const float* w, int64_t rows, int64_t dim, float eps, kernels::NormOrder order,
+                      DType act_dtype, const Linear& lin, float* normed, bool keep_normed, float* y,
+                      bool accumulate) const override {
+    SLOPE_CHECK(lin.in_features() == dim, "rmsnorm_linear: the norm's rows have ", dim,
+                " columns but the linear layer takes ", lin.in_features());
+    const kernels::Linear& kernel = cpu_kernel(lin);
+    if (act_dtype != DType::BF16 || kernel.compute_type() != kernels::ComputeType::BF16)
+      return Backend::rmsnorm_linear(x, w, rows, dim, eps, order, act_dtype, lin, normed, keep_normed, y,
+                                     accumulate);
+    thread_local std::vector<uint16_t> xb_buf;
+    uint16_t* xb = thread_scratch(xb_buf, rows * dim);
+    kernels::rmsnorm_bf16(x, w, xb, keep_normed ? normed : nullptr, rows, dim, eps, order);
+    kernel.forward_bf16(xb, rows, y, accumulate);
+  }
   void rope(const kernels::Rope& rope, float* x, int64_t n, int64_t H, const int64_t* pos) const override {
     rope.apply(x, n, H, pos);
   }
