@@ -30,6 +30,13 @@ void gather_rows_bf16(const float* src, const int64_t* rows, int64_t m, int64_t 
 void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m,
                       int64_t dim, float* dst);
 
+// The same sum over all grouped rows at once, parallel over the tokens rather than the columns:
+// dst[t, :] += Σ w[r] · src[r, :] over the rows r with rows[r] == t, added in ascending r. Equal
+// bit for bit to scatter_add_rows(src, rows, w, m, dim, dst) (the same additions in the same
+// order per element), so one call after all experts (src [n·k, dim] in ExpertGroups order) equals
+// a scatter_add_rows per expert in expert order, with one pass over dst instead of k.
+void combine_rows(const float* src, const int64_t* rows, const float* w, int64_t m, int64_t dim, float* dst);
+
 // gpt-oss clamped SwiGLU on interleaved gate/up: gu [m, 2I] with gate = gu[:, 0::2],
 // up = gu[:, 1::2]; gate = min(gate, limit); up = clamp(up, -limit, limit);
 // out [m, I] = (up + 1) · gate · sigmoid(alpha · gate).

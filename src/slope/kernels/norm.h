@@ -17,4 +17,11 @@ enum class NormOrder { WeightThenCast, CastThenWeight };
 void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps,
              NormOrder order, DType act_dtype = DType::F32);
 
+// rmsnorm with a bf16 activation dtype, writing the bf16 rows a bf16 GEMM reads
+// (gemm.h Linear::forward_bf16) in the same pass: yb [rows, dim] holds the bits of
+// rmsnorm(..., DType::BF16), whose values are bf16 already, so to_bf16(rmsnorm(...)) == yb bit for
+// bit. With y non-null the f32 rows are written too (y may alias x; yb may not).
+void rmsnorm_bf16(const float* x, const float* w, uint16_t* yb, float* y, int64_t rows, int64_t dim, float eps,
+                  NormOrder order);
+
 }  // namespace slope::kernels

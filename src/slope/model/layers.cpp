@@ -8,50 +8,58 @@
 namespace slope::model {
 namespace {
 
-// x [m, H] -> q [m, Hq, D], k/v rows of the cache [m, Hkv, D]; qk-norm and RoPE applied.
+// h [m, H] -> q [m, Hq, D], k/v rows of the cache [m, Hkv, D]; qk-norm and RoPE applied. x and
+// qkv are scratch rows [m, H] and [m, (Hq + 2·Hkv)·D].
 void norm_qkv_rope(const LayerContext& ctx, const LayerWeights& w, const float* h, int64_t m,
-                   const int64_t* pos, float* q, float* k, float* v, Tensor& x, Tensor& qkv) {
+                   const int64_t* pos, float* q, float* k, float* v, float* x, float* qkv) {
   const ModelConfig& c = *ctx.cfg;
   const int64_t Hq = ctx.slice.q_heads, Hkv = ctx.slice.kv_heads;
   const int64_t H = c.hidden_size, D = c.head_dim, qw = Hq * D, kw = Hkv * D;
   const ops::Backend& ops = *ctx.ops;
-  ops.rmsnorm(h, w.input_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order,
-              ctx.act_dtype);
-  w.attn.qkv.forward(x.data<float>(), m, qkv.data<float>());
+  ops.rmsnorm_linear(h, w.input_norm.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype,
+                     w.attn.qkv, x, /*keep_normed=*/false, qkv);
   if (w.attn.q_norm.empty()) {  // split [q | k | v] per row and rotate q, k in one pass
-    ops.split_qkv_rope(*ctx.rope, qkv.data<float>(), m, Hq, Hkv, pos, q, k, v);
+    ops.split_qkv_rope(*ctx.rope, qkv, m, Hq, Hkv, pos, q, k, v);
     return;
   }
   // qwen3: split, per-head RMSNorm of q and k over head_dim, then RoPE.
   const int64_t width = qw + 2 * kw;
-  ops.copy_columns(qkv.data<float>(), m, width, 0, qw, q);
-  ops.copy_columns(qkv.data<float>(), m, width, qw, kw, k);
-  ops.copy_columns(qkv.data<float>(), m, width, qw + kw, kw, v);
+  ops.copy_columns(qkv, m, width, 0, qw, q);
+  ops.copy_columns(qkv, m, width, qw, kw, k);
+  ops.copy_columns(qkv, m, width, qw + kw, kw, v);
   ops.rmsnorm(q, w.attn.q_norm.data<float>(), q, m * Hq, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
   ops.rmsnorm(k, w.attn.k_norm.data<float>(), k, m * Hkv, D, float(c.rms_norm_eps), c.norm_order, ctx.act_dtype);
   ops.rope(*ctx.rope, q, m, Hq, pos);
   ops.rope(*ctx.rope, k, m, Hkv, pos);
 }
 
-// Dense SwiGLU MLP: h += down(silu(gate(x)) · up(x)), over the local intermediate columns.
-void dense_mlp(const ops::Backend& ops, int64_t I, const DenseMlpWeights& w, const float* x, int64_t m,
-               float* h) {
-  Tensor gu = ops.alloc({m, 2 * I}, DType::F32), act = ops.alloc({m, I}, DType::F32);
-  w.gate_up.forward(x, m, gu.data<float>());
-  ops.silu_mul(gu.data<float>(), m, I, act.data<float>());
-  w.down.forward(act.data<float>(), m, h, /*accumulate=*/true);
-}
-
-// gpt-oss MoE: route each token to its top-k experts, run each expert once over all of its
-// tokens, and add Σ_k w_k · (expert_k(x) + b_k) back (the down bias sits inside the weighting).
-void moe_mlp(const ops::Backend& ops, const ModelConfig& c, int64_t I, const MoeWeights& w, const float* x,
-             int64_t m, float* h) {
-  const int64_t E = c.num_experts, H = c.hidden_size;
-  const int k = int(c.experts_per_token);
-  Tensor logits = ops.alloc({m, E}, DType::F32);
-  w.router.forward(x, m, logits.data<float>());
-  const ops::ExpertRouting g = ops.route_experts(logits.data<float>(), m, E, k);
-  ops.moe_experts(w.gate_up, w.down, g, x, H, I, float(c.swiglu_alpha), float(c.swiglu_limit), h);
+// The MLP of rows hr [m, H]: dst (+)= mlp(post_norm(hr)), over the local intermediate columns
+// (dst is hr itself, or the tensor-parallel partial sums). Scratch comes from buf.
+//   dense SwiGLU: down(silu(gate(x)) · up(x));
+//   gpt-oss MoE: route each token to its top-k experts, run each expert once over all of its
+//   tokens, and add Σ_k w_k · (expert_k(x) + b_k) back (the down bias sits inside the weighting).
+void norm_mlp(const LayerContext& ctx, const LayerWeights& w, const float* hr, int64_t m, float* dst,
+              LayerBuffers& buf) {
+  const ModelConfig& c = *ctx.cfg;
+  const ops::Backend& ops = *ctx.ops;
+  const int64_t H = c.hidden_size, I = ctx.slice.inter;
+  const float eps = float(c.rms_norm_eps);
+  float* x = LayerBuffers::reserve(ops, buf.x, m * H);
+  if (c.is_moe()) {
+    const int64_t E = c.num_experts;
+    float* logits = LayerBuffers::reserve(ops, buf.logits, m * E);
+    ops.rmsnorm_linear(hr, w.post_norm.data<float>(), m, H, eps, c.norm_order, ctx.act_dtype, w.moe.router, x,
+                       /*keep_normed=*/true, logits);
+    const ops::ExpertRouting g = ops.route_experts(logits, m, E, int(c.experts_per_token));
+    ops.moe_experts(w.moe.gate_up, w.moe.down, g, x, H, I, float(c.swiglu_alpha), float(c.swiglu_limit), dst);
+    return;
+  }
+  float* gu = LayerBuffers::reserve(ops, buf.gu, m * 2 * I);
+  float* act = LayerBuffers::reserve(ops, buf.act, m * I);
+  ops.rmsnorm_linear(hr, w.post_norm.data<float>(), m, H, eps, c.norm_order, ctx.act_dtype, w.mlp.gate_up, x,
+                     /*keep_normed=*/false, gu);
+  ops.silu_mul(gu, m, I, act);
+  w.mlp.down.forward(act, m, dst, /*accumulate=*/true);
 }
 
 }  // namespace
@@ -84,7 +92,8 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   float* v_new = v_cache + kv_row0 * Hkv * D;
   {
     auto timed = t.time(Phase::NormQkvRope);
-    Tensor x = ops.alloc({chunk, H}, DType::F32), qkv = ops.alloc({chunk, (Hq + 2 * Hkv) * D}, DType::F32);
+    float* x = LayerBuffers::reserve(ops, buf.x, chunk * H);
+    float* qkv = LayerBuffers::reserve(ops, buf.qkv, chunk * (Hq + 2 * Hkv) * D);
     for (int64_t r = 0; r < n; r += chunk) {
       const int64_t m = std::min(chunk, n - r);
       norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, q + r * Hq * D,
@@ -112,38 +121,27 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   // Under tensor parallelism o_proj and the MLP produce partial sums over the local heads /
   // intermediate columns: they go to `partial`, are all-reduced, then added to h.
   const bool tp = bool(ctx.tp_allreduce);
-  Tensor x = ops.alloc({chunk, H}, DType::F32), partial;
-  if (tp) partial = ops.alloc({chunk, H}, DType::F32);
+  float* partial = tp ? LayerBuffers::reserve(ops, buf.partial, chunk * H) : nullptr;
   auto add_reduced = [&](float* hr, int64_t m, Phase phase) {
     {
       auto timed = t.time(Phase::TpAllreduce);
-      ctx.tp_allreduce(partial.data<float>(), m * H);
+      ctx.tp_allreduce(partial, m * H);
     }
     auto timed = t.time(phase);
-    ops.add_inplace(hr, partial.data<float>(), m * H);
+    ops.add_inplace(hr, partial, m * H);
   };
-  const int64_t I = ctx.slice.inter;
   for (int64_t r = 0; r < n; r += chunk) {
     const int64_t m = std::min(chunk, n - r);
     float* hr = h + r * H;
     {
       auto timed = t.time(Phase::OProj);
-      w.attn.o.forward(attn + r * Hq * D, m, tp ? partial.data<float>() : hr, /*accumulate=*/!tp);
+      w.attn.o.forward(attn + r * Hq * D, m, tp ? partial : hr, /*accumulate=*/!tp);
     }
     if (tp) add_reduced(hr, m, Phase::OProj);
     {
       auto timed = t.time(Phase::Mlp);
-      ops.rmsnorm(hr, w.post_norm.data<float>(), x.data<float>(), m, H, float(c.rms_norm_eps), c.norm_order,
-                  ctx.act_dtype);
-      float* dst = hr;
-      if (tp) {
-        ops.fill(partial.data<float>(), m * H, 0.f);
-        dst = partial.data<float>();
-      }
-      if (c.is_moe())
-        moe_mlp(ops, c, I, w.moe, x.data<float>(), m, dst);
-      else
-        dense_mlp(ops, I, w.mlp, x.data<float>(), m, dst);
+      if (tp) ops.fill(partial, m * H, 0.f);
+      norm_mlp(ctx, w, hr, m, tp ? partial : hr, buf);
     }
     if (tp) add_reduced(hr, m, Phase::Mlp);
   }

@@ -83,6 +83,10 @@ using AllReduceFn = std::function<void(float* data, int64_t count)>;
 // allocator as new pages, a page fault each, every layer.
 struct LayerBuffers {
   Tensor q, attn;
+  // The token-local temporaries of one chunk (norm output, fused projection, router logits,
+  // dense MLP activations, the tensor-parallel partial sums): kept across layers and chunks so
+  // that no layer takes fresh zeroed pages; every element read is written first.
+  Tensor x, qkv, logits, gu, act, partial;
   // Flat f32 storage on the backend's device for at least `n` floats in `t` (grown, never
   // shrunk); not cleared.
   static float* reserve(const ops::Backend& ops, Tensor& t, int64_t n);

@@ -5,6 +5,13 @@
 
 namespace slope::ops {
 
+void Backend::rmsnorm_linear(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                             kernels::NormOrder order, DType act_dtype, const Linear& lin, float* normed,
+                             bool /*keep_normed*/, float* y, bool accumulate) const {
+  rmsnorm(x, w, normed, rows, dim, eps, order, act_dtype);
+  lin.forward(normed, rows, y, accumulate);
+}
+
 void Backend::split_qkv_rope(const kernels::Rope& rope, const float* qkv, int64_t n, int64_t Hq,
                              int64_t Hkv, const int64_t* pos, float* q, float* k, float* v) const {
   const int64_t D = rope.head_dim(), qw = Hq * D, kw = Hkv * D, width = qw + 2 * kw;

@@ -101,6 +101,14 @@ class Backend {
   // --- norms, positions, activations (kernels/norm.h, rope.h, moe.h) ------------------------
   virtual void rmsnorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps,
                        kernels::NormOrder order, DType act_dtype) const = 0;
+  // y [rows, N] = lin.forward(rmsnorm(x)) (y += with accumulate): a norm feeding a linear layer.
+  // normed [rows, dim] is the caller's f32 buffer: with keep_normed it holds rmsnorm(x) on return
+  // (for a second reader, the MoE experts), else its contents are unspecified. This default runs
+  // rmsnorm into normed, then lin.forward (ops/backend.cpp); the CPU backend writes the bf16 rows
+  // a bf16 GEMM reads in the norm's pass (kernels/norm.h rmsnorm_bf16), of the same result.
+  virtual void rmsnorm_linear(const float* x, const float* w, int64_t rows, int64_t dim, float eps,
+                              kernels::NormOrder order, DType act_dtype, const Linear& lin, float* normed,
+                              bool keep_normed, float* y, bool accumulate = false) const;
   // x [n, H, head_dim] rotated in place; row i at position pos[i] (host array).
   virtual void rope(const kernels::Rope& rope, float* x, int64_t n, int64_t H, const int64_t* pos) const = 0;
   // Fused projection rows qkv [n, (Hq + 2·Hkv)·D] = [q | k | v] split into q [n, Hq, D] and

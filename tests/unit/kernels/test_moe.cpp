@@ -150,6 +150,44 @@ TEST(MoeGroup, ScatterAddWithRepeatsAndWideRows) {
   for (size_t i = 0; i < dst.size(); ++i) ASSERT_NEAR(dst[i], ref[i], 1e-6 * mag[i]);
 }
 
+// combine_rows: the sums of scatter_add_rows bit for bit (rows of a token in ascending order),
+// over grouped rows of odd width with destinations repeated up to k times, one never hit, and
+// dst non-zero; a negative destination is refused.
+TEST(MoeGroup, CombineRowsEqualsScatterAdd) {
+  const int64_t n = 37, E = 6, dim = 1031;
+  const int k = 3;
+  std::mt19937 rng(11);
+  std::vector<int32_t> ids(size_t(n * k));
+  std::vector<float> weights(size_t(n * k));
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<int32_t> e(E);
+    std::iota(e.begin(), e.end(), 0);
+    std::shuffle(e.begin(), e.end(), rng);
+    for (int j = 0; j < k; ++j) {
+      ids[t * k + j] = e[j];
+      weights[t * k + j] = std::uniform_real_distribution<float>(0.f, 1.f)(rng);
+    }
+  }
+  ExpertGroups g = group_by_expert(ids.data(), weights.data(), n, k, E);
+  for (auto& t : g.token) t = t == 5 ? 6 : t;  // row 5 of dst gets nothing, row 6 twice k
+  const int64_t m = n * k;
+  const auto src = random_floats(m * dim, 12, -2.f, 2.f);
+  const auto dst0 = random_floats(n * dim, 13, -1.f, 1.f);
+  std::vector<float> want = dst0, got = dst0;
+  for (int64_t e = 0; e < E; ++e) {  // per expert, as the composed MoE path adds
+    const int64_t r0 = g.offsets[e];
+    scatter_add_rows(src.data() + r0 * dim, g.token.data() + r0, g.weight.data() + r0, g.offsets[e + 1] - r0, dim,
+                     want.data());
+  }
+  combine_rows(src.data(), g.token.data(), g.weight.data(), m, dim, got.data());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "i=" << i;
+  for (int64_t i = 0; i < dim; ++i) ASSERT_EQ(got[5 * dim + i], dst0[5 * dim + i]);
+
+  std::vector<int64_t> bad = g.token;
+  bad[4] = -1;
+  EXPECT_THROW(combine_rows(src.data(), bad.data(), g.weight.data(), m, dim, got.data()), slope::Error);
+}
+
 TEST(MoeGroup, RejectsBadExpertId) {
   const int32_t ids[2] = {0, 5};
   const float w[2] = {0.5f, 0.5f};

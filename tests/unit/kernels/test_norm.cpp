@@ -11,7 +11,9 @@
 #include <random>
 #include <vector>
 
+#include "slope/core/error.h"
 #include "slope/core/half.h"
+#include "slope/kernels/gemm.h"
 #include "slope/kernels/norm.h"
 
 namespace slope::kernels {
@@ -78,6 +80,47 @@ TEST(RmsNorm, MatchesReferenceAllOrdersAndDtypes) {
           }
         }
     }
+}
+
+// rmsnorm_bf16: its bf16 rows are to_bf16 of rmsnorm(..., BF16) bit for bit and its f32 rows are
+// rmsnorm's, for both orders, odd widths (vector tails, blocks of 256 and a partial one) and y
+// aliasing x; the bf16 values also meet the double reference as rmsnorm's do.
+TEST(RmsNorm, Bf16RowsEqualTheRoundedF32Rows) {
+  const float eps = 1e-5f;
+  for (int64_t dim : {1, 31, 64, 257, 1030})
+    for (int64_t rows : {1, 7, 40}) {
+      const auto x = random_floats(rows * dim, uint32_t(dim * 11 + rows), -3.f, 3.f);
+      const auto w = random_floats(dim, uint32_t(dim + 3), 0.5f, 1.5f);
+      for (NormOrder order : {NormOrder::WeightThenCast, NormOrder::CastThenWeight}) {
+        std::vector<float> y(x.size());
+        rmsnorm(x.data(), w.data(), y.data(), rows, dim, eps, order, DType::BF16);
+        std::vector<uint16_t> want(x.size()), got(x.size());
+        to_bf16(y.data(), want.data(), rows * dim);
+        std::vector<float> yf = x;  // in place
+        rmsnorm_bf16(yf.data(), w.data(), got.data(), yf.data(), rows, dim, eps, order);
+        std::vector<uint16_t> only(x.size());
+        rmsnorm_bf16(x.data(), w.data(), only.data(), nullptr, rows, dim, eps, order);
+        const auto ref = reference(x, w, rows, dim, eps, order, DType::BF16);
+        int64_t exact = 0;
+        for (size_t i = 0; i < x.size(); ++i) {
+          ASSERT_EQ(got[i], want[i]) << "dim=" << dim << " rows=" << rows << " order=" << int(order) << " i=" << i;
+          ASSERT_EQ(only[i], want[i]) << "without f32 rows, i=" << i;
+          ASSERT_EQ(yf[i], y[i]) << "f32 rows, i=" << i;
+          const double v = bf16_to_f32(got[i]);
+          const double ulps = order == NormOrder::CastThenWeight ? 2.0 : 1.0;
+          ASSERT_LE(std::abs(v - ref[i]), ulps * kBf16Ulp * std::abs(ref[i])) << "i=" << i;
+          exact += v == ref[i];
+        }
+        EXPECT_GE(exact, int64_t(0.99 * double(x.size())));
+      }
+    }
+}
+
+TEST(RmsNorm, Bf16RejectsAnEmptyRow) {
+  const std::vector<float> x(4, 1.f), w(4, 1.f);
+  std::vector<uint16_t> yb(4);
+  EXPECT_THROW(rmsnorm_bf16(x.data(), w.data(), yb.data(), nullptr, 1, 0, 1e-5f, NormOrder::WeightThenCast),
+               slope::Error);
 }
 
 TEST(RmsNorm, InPlace) {

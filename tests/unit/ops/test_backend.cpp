@@ -7,7 +7,9 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <string>
 
+#include "slope/core/error.h"
 #include "slope/core/half.h"
 #include "slope/kernels/moe.h"
 #include "slope/ops/backend.h"
@@ -129,4 +131,70 @@ TEST(CpuBackend, MoeExpertsFusedEqualsComposedAndReference) {
     for (int64_t i = 0; i < n * H; ++i)
       ASSERT_NEAR(fused[i], ref[i], tol * mag[i] + 1e-3) << "bf16=" << bf16 << " i=" << i;
   }
+}
+
+// rmsnorm_linear: the CPU backend's bf16 path (the norm writes the GEMM's bf16 rows) equals the
+// default (rmsnorm, then Linear::forward) bit for bit, with and without the f32 rows kept and
+// with accumulation, both norm orders; and the output meets a double reference of the norm's
+// bf16 rows times the bf16 weight. Odd sizes. An f32 Linear takes the default path.
+TEST(CpuBackend, RmsnormLinearFusedEqualsComposedAndReference) {
+  const int64_t rows = 29, dim = 75, N = 41;
+  const float eps = 1e-5f;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> d;
+  std::vector<float> x(static_cast<size_t>(rows * dim)), nw(static_cast<size_t>(dim)),
+      wt(static_cast<size_t>(N * dim)), bias(static_cast<size_t>(N)), y0(static_cast<size_t>(rows * N));
+  for (float& v : x) v = 2.f * d(rng);
+  for (float& v : nw) v = 1.f + 0.2f * d(rng);
+  for (float& v : wt) v = round_bf16(0.2f * d(rng));  // OutIn [N, dim], bf16-exact
+  for (float& v : bias) v = 0.1f * d(rng);
+  for (float& v : y0) v = d(rng);
+  for (auto ct : {kernels::ComputeType::BF16, kernels::ComputeType::F32})
+    for (auto order : {kernels::NormOrder::WeightThenCast, kernels::NormOrder::CastThenWeight})
+      for (bool keep : {false, true})
+        for (bool acc : {false, true}) {
+          const ops::Linear lin =
+              ops::cpu().linear(wt.data(), DType::F32, kernels::WeightLayout::OutIn, N, dim, bias.data(), ct);
+          std::vector<float> normed_f(x.size(), -1.f), normed_c(x.size()), yf = y0, yc = y0;
+          ops::cpu().rmsnorm_linear(x.data(), nw.data(), rows, dim, eps, order, DType::BF16, lin, normed_f.data(),
+                                    keep, yf.data(), acc);
+          ops::cpu().Backend::rmsnorm_linear(x.data(), nw.data(), rows, dim, eps, order, DType::BF16, lin,
+                                             normed_c.data(), keep, yc.data(), acc);
+          const std::string what = "ct=" + std::to_string(int(ct)) + " order=" + std::to_string(int(order)) +
+                                   " keep=" + std::to_string(keep) + " acc=" + std::to_string(acc);
+          for (size_t i = 0; i < yf.size(); ++i) ASSERT_EQ(yf[i], yc[i]) << what << " i=" << i;
+          if (keep) {
+            for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(normed_f[i], normed_c[i]) << what << " i=" << i;
+          }
+          for (int64_t r = 0; r < rows; ++r) {
+            double ss = 0;
+            for (int64_t j = 0; j < dim; ++j) ss += double(x[r * dim + j]) * x[r * dim + j];
+            const double inv = 1.0 / std::sqrt(ss / double(dim) + eps);
+            std::vector<double> xn(static_cast<size_t>(dim));
+            for (int64_t j = 0; j < dim; ++j) {
+              const double v = x[r * dim + j] * inv;
+              xn[j] = order == kernels::NormOrder::WeightThenCast
+                          ? round_bf16(float(nw[j] * v))
+                          : round_bf16(float(nw[j] * double(round_bf16(float(v)))));
+            }
+            for (int64_t c = 0; c < N; ++c) {
+              double ref = bias[c] + (acc ? y0[r * N + c] : 0.0), mag = std::abs(bias[c]);
+              for (int64_t j = 0; j < dim; ++j) {
+                ref += xn[j] * wt[c * dim + j];
+                mag += std::abs(xn[j] * wt[c * dim + j]);
+              }
+              // the norm's bf16 rounding may land on the other side of a midpoint (2 ulps)
+              ASSERT_NEAR(yf[r * N + c], ref, 2.0 * std::ldexp(1.0, -7) * mag + 1e-4) << what;
+            }
+          }
+        }
+}
+
+TEST(CpuBackend, RmsnormLinearRejectsAWidthMismatch) {
+  std::vector<float> wt(6 * 8, 0.5f), x(3 * 7, 1.f), nw(7, 1.f), normed(3 * 7), y(3 * 6);
+  const ops::Linear lin =
+      ops::cpu().linear(wt.data(), DType::F32, kernels::WeightLayout::OutIn, 6, 8, nullptr, kernels::ComputeType::BF16);
+  EXPECT_THROW(ops::cpu().rmsnorm_linear(x.data(), nw.data(), 3, 7, 1e-5f, kernels::NormOrder::WeightThenCast,
+                                         DType::BF16, lin, normed.data(), false, y.data()),
+               slope::Error);
 }

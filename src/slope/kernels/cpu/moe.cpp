@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "slope/core/error.h"
 #include "slope/kernels/gemm.h"
@@ -82,6 +83,17 @@ void gather_rows_bf16(const float* src, const int64_t* rows, int64_t m, int64_t 
   for (int64_t r = 0; r < m; ++r) to_bf16_serial(src + rows[r] * dim, dst + r * dim, dim);
 }
 
+namespace {
+
+// d[j] += w · s[j], j < len: the one form of the weighted add, so that scatter_add_rows and
+// combine_rows round alike.
+inline void add_scaled(float* d, const float* s, float w, int64_t len) {
+#pragma omp simd
+  for (int64_t j = 0; j < len; ++j) d[j] += w * s[j];
+}
+
+}  // namespace
+
 void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int64_t m,
                       int64_t dim, float* dst) {
   // Rows may repeat, so r stays serial; threads split the columns instead, which keeps the
@@ -91,14 +103,29 @@ void scatter_add_rows(const float* src, const int64_t* rows, const float* w, int
 #pragma omp parallel for schedule(static) if (m * dim >= (1 << 15) && nchunks > 1)
   for (int64_t c = 0; c < nchunks; ++c) {
     const int64_t c0 = c * kCols, c1 = std::min(dim, c0 + kCols);
-    for (int64_t r = 0; r < m; ++r) {
-      const float wr = w[r];
-      const float* s = src + r * dim;
-      float* d = dst + rows[r] * dim;
-#pragma omp simd
-      for (int64_t j = c0; j < c1; ++j) d[j] += wr * s[j];
-    }
+    for (int64_t r = 0; r < m; ++r) add_scaled(dst + rows[r] * dim + c0, src + r * dim + c0, w[r], c1 - c0);
   }
+}
+
+void combine_rows(const float* src, const int64_t* rows, const float* w, int64_t m, int64_t dim, float* dst) {
+  if (m <= 0) return;
+  // The rows of each destination row t, ascending: by_dst[start[t] .. start[t + 1]).
+  int64_t n = 0;
+  for (int64_t r = 0; r < m; ++r) {
+    SLOPE_CHECK(rows[r] >= 0, "combine_rows: destination row ", rows[r], " at row ", r, " is negative");
+    n = std::max(n, rows[r] + 1);
+  }
+  std::vector<int64_t> start(static_cast<size_t>(n + 1), 0), by_dst(static_cast<size_t>(m));
+  for (int64_t r = 0; r < m; ++r) ++start[rows[r] + 1];
+  for (int64_t t = 0; t < n; ++t) start[t + 1] += start[t];
+  std::vector<int64_t> next(start.begin(), start.end() - 1);
+  for (int64_t r = 0; r < m; ++r) by_dst[next[rows[r]]++] = r;
+#pragma omp parallel for schedule(static) if (m * dim >= (1 << 15))
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t i = start[t]; i < start[t + 1]; ++i) {
+      const int64_t r = by_dst[i];
+      add_scaled(dst + t * dim, src + r * dim, w[r], dim);
+    }
 }
 
 // ---------------------------------------------------------------- activations

@@ -70,6 +70,22 @@ class CpuBackend final : public Backend {
                kernels::NormOrder order, DType act_dtype) const override {
     kernels::rmsnorm(x, w, y, rows, dim, eps, order, act_dtype);
   }
+  // bf16: the norm writes the GEMM's bf16 input rows itself (no f32 rows and conversion pass),
+  // into a per-thread buffer that persists across calls.
+  void rmsnorm_linear(const float* x, const float* w, int64_t rows, int64_t dim, float eps, kernels::NormOrder order,
+                      DType act_dtype, const Linear& lin, float* normed, bool keep_normed, float* y,
+                      bool accumulate) const override {
+    SLOPE_CHECK(lin.in_features() == dim, "rmsnorm_linear: the norm's rows have ", dim,
+                " columns but the linear layer takes ", lin.in_features());
+    const kernels::Linear& kernel = cpu_kernel(lin);
+    if (act_dtype != DType::BF16 || kernel.compute_type() != kernels::ComputeType::BF16)
+      return Backend::rmsnorm_linear(x, w, rows, dim, eps, order, act_dtype, lin, normed, keep_normed, y,
+                                     accumulate);
+    thread_local std::vector<uint16_t> xb_buf;
+    uint16_t* xb = thread_scratch(xb_buf, rows * dim);
+    kernels::rmsnorm_bf16(x, w, xb, keep_normed ? normed : nullptr, rows, dim, eps, order);
+    kernel.forward_bf16(xb, rows, y, accumulate);
+  }
   void rope(const kernels::Rope& rope, float* x, int64_t n, int64_t H, const int64_t* pos) const override {
     rope.apply(x, n, H, pos);
   }
@@ -105,7 +121,9 @@ class CpuBackend final : public Backend {
     kernels::scatter_add_rows(src, rows, w, m, dim, dst);
   }
   // bf16 experts: the gather and the activation write the bf16 rows their GEMM reads (no f32
-  // copy and conversion pass), into per-thread buffers that persist across calls.
+  // copy and conversion pass), into per-thread buffers that persist across calls. Each expert's
+  // down GEMM writes its rows of one [n·k, H] buffer, and one combine_rows pass over the tokens
+  // adds them to h (the per-expert scatter-adds' sums, bit for bit, with one pass over h).
   void moe_experts(const std::vector<Linear>& gate_up, const std::vector<Linear>& down, const ExpertRouting& g,
                    const float* x, int64_t H, int64_t I, float alpha, float limit, float* h) const override {
     const int64_t E = int64_t(g.offsets.size()) - 1;
@@ -124,16 +142,17 @@ class CpuBackend final : public Backend {
     uint16_t* xin = thread_scratch(xin_buf, max_rows * H);
     uint16_t* act = thread_scratch(act_buf, max_rows * I);
     float* gu = thread_scratch(gu_buf, max_rows * 2 * I);
-    float* y = thread_scratch(y_buf, max_rows * H);
+    const int64_t total = g.offsets[E];
+    float* y = thread_scratch(y_buf, total * H);
     for (int64_t e = 0; e < E; ++e) {
       const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
       if (rows == 0) continue;
       kernels::gather_rows_bf16(x, token + r0, rows, H, xin);
       cpu_kernel(gate_up[e]).forward_bf16(xin, rows, gu);
       kernels::swiglu_oai_bf16(gu, rows, I, alpha, limit, act);
-      cpu_kernel(down[e]).forward_bf16(act, rows, y);
-      kernels::scatter_add_rows(y, token + r0, weight + r0, rows, H, h);
+      cpu_kernel(down[e]).forward_bf16(act, rows, y + r0 * H);
     }
+    kernels::combine_rows(y, token, weight, total, H, h);
   }
 
   void flash_attention(const kernels::AttentionArgs& args) const override { kernels::flash_attention(args); }
