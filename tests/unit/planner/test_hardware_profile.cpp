@@ -51,7 +51,10 @@ TEST(HardwareProfile, ShippedProfilesParseAndCiteSources) {
     EXPECT_GE(p.sources.size(), 4u) << name;
     EXPECT_FALSE(p.assumptions.empty()) << name;
     EXPECT_TRUE(p.engine.present) << name;
-    EXPECT_EQ(p.engine.attention_dtype, "fp32") << name << ": SLOPE's CPU attention runs in fp32";
+    // Calibrated with the engine's bf16 attention kernel (this Zen 4 has AVX512-BF16), each
+    // curve point one chunk's call of the engine's 1024 rows.
+    EXPECT_EQ(p.engine.attention_dtype, "bf16") << name << ": SLOPE's CPU attention runs in bf16 in bf16 mode";
+    EXPECT_EQ(p.engine.attention_curve_query_rows, 1024) << name;
     EXPECT_EQ(p.engine.wire_bytes, 4) << name;
     EXPECT_GT(p.matmul("bf16").flops_per_s(), p.attention("fp32").flops_per_s()) << name;
     EXPECT_LE(p.matmul("bf16").efficiency, 1.0);
