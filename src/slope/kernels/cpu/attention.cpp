@@ -260,16 +260,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
         dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride,
                                                  kvstride, D, st + j * kBq);
     } else if constexpr (kQV == kWindowQueryVectors) {
-      for (int g = 0; g < nseg; ++g)
-        for (int j = seg[g].lo; j < seg[g].hi; j += kNB) {
-          const int nb = std::min(kNB, seg[g].hi - j);
-          const float* qg = qt + 16 * seg[g].v;
-          float* sg = st + j * kBq + 16 * seg[g].v;
-          if (seg[g].nv == 2)
-            dispatch_nb<Tiles<2, kBq>::template Qk, kNB>(nb, qg, kb + j * kvstride, kvstride, D, sg);
-          else
-            dispatch_nb<Tiles<1, kBq>::template Qk, kNB>(nb, qg, kb + j * kvstride, kvstride, D, sg);
-        }
+      qk_bands<Tiles, kBq, kNB>(seg, nseg, qt, kb, kvstride, D, st);
     }
 
     // Mask if the block crosses the diagonal or the window edge.

@@ -402,16 +402,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
         dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * D, D, Dh,
                                                  st + j * kBq);
     } else if constexpr (kQV == kWindowQueryVectors) {
-      for (int g = 0; g < nseg; ++g)
-        for (int j = seg[g].lo; j < seg[g].hi; j += kNB) {
-          const int nb = std::min(kNB, seg[g].hi - j);
-          const uint32_t* qg = qp + 16 * seg[g].v;
-          float* sg = st + j * kBq + 16 * seg[g].v;
-          if (seg[g].nv == 2)
-            dispatch_nb<Tiles<2, kBq>::template Qk, kNB>(nb, qg, kb + j * D, D, Dh, sg);
-          else
-            dispatch_nb<Tiles<1, kBq>::template Qk, kNB>(nb, qg, kb + j * D, D, Dh, sg);
-        }
+      qk_bands<Tiles, kBq, kNB>(seg, nseg, qp, kb, D, Dh, st);
     }
 
     // Mask exactly as the f32 kernel.

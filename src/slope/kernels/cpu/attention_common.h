@@ -346,6 +346,25 @@ inline void dispatch_nb(int nb, Args... args) {
       dispatch_nb<F, N - 1>(nb, args...);
   }
 }
+// S = K·Q for the key runs `seg` of a banded window block (split_bands): each run's keys
+// against the query vectors that see it, with the 2- or 1-vector QK micro-kernels of a kernel's
+// Tiles (both kernels: q the block's packed queries, k rows kstride apart, dlen the reduction
+// length their Qk takes, st rows kBq floats apart).
+template <template <int, int> class Tiles, int kBq, int kNB, typename Q, typename K>
+inline void qk_bands(const Segment* seg, int nseg, const Q* q, const K* k, int64_t kstride, int64_t dlen,
+                     float* st) {
+  for (int g = 0; g < nseg; ++g)
+    for (int j = seg[g].lo; j < seg[g].hi; j += kNB) {
+      const int nb = std::min(kNB, seg[g].hi - j);
+      const Q* qg = q + 16 * seg[g].v;
+      float* sg = st + j * kBq + 16 * seg[g].v;
+      if (seg[g].nv == 2)
+        dispatch_nb<Tiles<2, kBq>::template Qk, kNB>(nb, qg, k + j * kstride, kstride, dlen, sg);
+      else
+        dispatch_nb<Tiles<1, kBq>::template Qk, kNB>(nb, qg, k + j * kstride, kstride, dlen, sg);
+    }
+}
+
 // The bf16 kernel (attention_bf16.cpp) on pb; false, having computed nothing, where it cannot
 // run (no AVX512-BF16 in the build or the CPU, odd head_dim, scale not positive and finite).
 bool run_bf16(const Problem& pb);
