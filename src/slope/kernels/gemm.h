@@ -48,7 +48,12 @@ class Linear {
   struct Impl;
   std::unique_ptr<Impl> impl_;
   void run(const void* src, int64_t M, float* y, bool accumulate) const;  // src in compute dtype
+  void run_rows(const void* src, int64_t M, float* y, bool accumulate) const;  // one oneDNN call
 };
+
+// How many matmul primitives Linear has built in this process (each new row count of a shape
+// builds one): for tests and diagnostics.
+int64_t gemm_primitives_built();
 
 // y[n] = x[n] rounded to bf16 (nearest even), over the threads: what a BF16 Linear does to its
 // input rows before the GEMM.

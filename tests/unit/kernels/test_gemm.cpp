@@ -233,6 +233,50 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
   }
 }
 
+// A row's result does not depend on how many rows share its call: rows of one call over M rows
+// equal, bit for bit, the same rows computed one per call (oneDNN reduces each row over K in the
+// same order whatever M is). The engine relies on it twice: Linear splits row counts into a
+// multiple of 16 and the rest, and a MoE expert's rows come out the same whichever tokens (and
+// so how many) it is given on a rank. Both compute types, with bias and accumulation, at the
+// bench model's expert shape and a small odd one.
+TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{2048, 1024}, std::pair<int64_t, int64_t>{131, 67}}) {
+    const Weights w = make_weights(N * K, DType::BF16, uint32_t(N + K));
+    const auto bias = random_floats(N, 23);
+    for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
+      const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
+      for (int64_t M : {15, 16, 17, 47, 100}) {
+        const auto x = random_floats(M * K, uint32_t(60 + M));
+        for (bool acc : {false, true}) {
+          const auto y0 = random_floats(M * N, uint32_t(M + 11));
+          std::vector<float> all = y0, one = y0;
+          lin.forward(x.data(), M, all.data(), acc);
+          for (int64_t r = 0; r < M; ++r) lin.forward(x.data() + r * K, 1, one.data() + r * N, acc);
+          for (int64_t i = 0; i < M * N; ++i)
+            ASSERT_EQ(all[i], one[i]) << "N=" << N << " bf16=" << (ct == ComputeType::BF16) << " M=" << M
+                                      << " acc=" << acc << " row " << i / N;
+        }
+      }
+    }
+  }
+}
+
+// Row counts of one shape past 16 build primitives only for multiples of 16 and for the
+// remainders: 48 row counts from 161 to 208 (three multiples of 16 and all 15 remainders, with
+// and without accumulation) build at most 2·(4 + 15) primitives, not 2·48.
+TEST(Linear, RowCountsShareFewPrimitives) {
+  const int64_t N = 48, K = 40;  // a shape no other test uses, so the cache holds none of it
+  const Weights w = make_weights(N * K, DType::F32, 31);
+  const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16);
+  const auto x = random_floats(208 * K, 32);
+  std::vector<float> y(208 * N);
+  const int64_t before = gemm_primitives_built();
+  for (bool acc : {false, true})
+    for (int64_t M = 161; M <= 208; ++M) lin.forward(x.data(), M, y.data(), acc);
+  EXPECT_LE(gemm_primitives_built() - before, 2 * (4 + 15));
+  EXPECT_GE(gemm_primitives_built() - before, 2 * (3 + 15));
+}
+
 TEST(Linear, ForwardBf16RejectsAnF32Linear) {
   const auto w = random_floats(6, 1);
   const Linear lin(w.data(), DType::F32, WeightLayout::OutIn, 2, 3, nullptr, ComputeType::F32);
