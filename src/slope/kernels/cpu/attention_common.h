@@ -106,9 +106,11 @@ inline int query_vectors(const AttentionMask& mask) {
 // micro-kernels of nh vectors over that band, each broadcast K or V value serving 16·nh rows
 // (64 at 4 heads) instead of 16 to 32 in a 32-row block of one head, and the block's fixed work
 // (queries, softmax state, finalisation) is spread over 16·nh rows. A group of more than 4
-// heads takes ⌈group/4⌉ blocks of nearly equal size (8: 4 + 4, 6: 3 + 3, 5: 3 + 2). Each row's
-// keys, masks and key blocks (from the first key some row of the block sees) are those of a
-// 16-row vector of the 32-row blocks, so each row computes the same W + 15 keys.
+// heads takes ⌈group/4⌉ blocks of nearly equal size (8: 4 + 4, 6: 3 + 3, 5: 3 + 2). Each row
+// computes the keys its 16-row vector computes in a 32-row block (W + 15, what the planner
+// counts); the key blocks start at the 16 positions' first key instead of the 32 rows', which
+// changes only the order of the f32 sums (and none of the bf16 kernel's rounded probabilities:
+// attention_bf16.cpp).
 constexpr int kMaxGroupVectors = kMaxQueryVectors;
 static_assert(kAttentionWindowVectorQ == 16, "a head-packed block is one vector per head");
 inline bool packs_heads(const Problem& pb) {
@@ -271,7 +273,6 @@ inline void prefetch_for_head_block(const Problem& pb, const HeadBlocks& hb, int
   for (int v = 0; v < u.nh; ++v)
     prefetch_rows(pb.out, u.i0, kAttentionWindowVectorQ, pb, u.h0 + v, true);
 }
-
 
 // ln x for 8 finite doubles x > 0: x = 2^e · m with m in [0.75, 1.5), ln m = 2 atanh(s) with
 // s = (m - 1)/(m + 1) in [-1/7, 1/5), by its series to s^11 (truncation below 2e-10, far under
