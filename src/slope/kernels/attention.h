@@ -12,10 +12,12 @@ namespace slope::kernels {
 
 // Tiles of flash_attention: query rows and keys per block. A block streams the keys some row
 // of it sees, all rows at once; the planner's cost model counts work in these tiles. Sliding
-// windows shorter than 1024 keys take blocks of kAttentionWindowBlockQ query rows, so that a
-// block visits fewer keys that none of its rows sees, and there each 16-row query vector
-// (kAttentionWindowVectorQ) computes only the keys some row of it sees: W + 15 keys per row for
-// a window of W, instead of W + 31 (whole 32-row blocks) or W + 63 (64-row blocks).
+// windows shorter than 1024 keys compute, for each kAttentionWindowVectorQ = 16 consecutive
+// query rows of a head, only the keys some row of them sees: W + 15 keys per row for a window
+// of W, instead of W + 31 (32-row blocks) or W + 63 (64-row blocks). Where a KV head serves 2 or
+// more query heads, a block is those 16 positions of up to 4 heads of the group (one 16-row
+// vector per head, all over the same keys); with one query head per KV head, a block is
+// kAttentionWindowBlockQ rows of one head, each of its 16-row vectors over its own keys.
 inline constexpr int64_t kAttentionBlockQ = 64;
 inline constexpr int64_t kAttentionBlockK = 64;
 inline constexpr int64_t kAttentionWindowBlockQ = 32;

@@ -25,6 +25,7 @@
 #include "slope/kernels/attention.h"
 #include "slope/kernels/attention_merge.h"
 #include "slope/kernels/cpu/attention_common.h"
+#include "slope/kernels/cpu/exp2_avx512.h"
 
 namespace slope::kernels {
 
@@ -489,6 +490,64 @@ TEST_P(FlashAttention, WindowBandsByVector) {
     }
 }
 
+// out and lse of `in` computed as calls over the key blocks [cuts[b], cuts[b + 1]) without
+// sinks, merged with attention_merge in block order, then the sinks applied (if in.use_sinks).
+void run_split(const Inputs& in, ComputeType ct, const std::vector<int64_t>& cuts,
+               std::vector<float>& out, std::vector<float>& lse) {
+  const int64_t Hq = in.shape.num_q_heads, Hkv = in.shape.num_kv_heads, D = in.shape.head_dim;
+  out.assign(in.nq * Hq * D, 123.0f);
+  lse.assign(in.nq * Hq, 123.0f);
+  std::vector<float> ob(out.size()), lb(lse.size());
+  for (size_t b = 0; b + 1 < cuts.size(); ++b) {
+    const int64_t j0 = cuts[b], nkb = cuts[b + 1] - cuts[b];
+    flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0,
+                     .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
+                     .nk = nkb, .kv_pos0 = in.kv_pos0 + j0, .shape = in.shape, .mask = in.mask,
+                     .scale = in.scale, .compute = ct, .sinks = nullptr,
+                     .out = b ? ob.data() : out.data(), .lse = b ? lb.data() : lse.data()});
+    if (b) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), in.nq, Hq, D);
+  }
+  if (in.use_sinks) attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), in.nq, Hq, D);
+}
+
+// Short windows over GQA groups of 2+ query heads take head-packed blocks (HeadBlocks in
+// attention_common.h: 16 positions of up to 4 heads of one KV group, a group of 5 as 3 + 2, 8 as
+// 4 + 4), groups of 1 the 32-row blocks of one head. Every group size, windows around 16 and
+// 128 and just under kAttentionWindowBlockMaxW, odd query and key counts, positions off
+// multiples of 16 and of 2, keys starting before, at and inside the queries' windows, causal
+// and not, sinks; and the same call with its keys cut at odd and even points into three calls
+// merged equals one call (f32 and bf16: each row's probabilities are rounded alike wherever
+// the keys were cut).
+TEST_P(FlashAttention, WindowHeadPackedBlocks) {
+  std::mt19937 rng(41);
+  int n = 0;
+  for (int64_t group : {1, 2, 3, 4, 5, 8})
+    for (int64_t window : {1, 15, 16, 17, 127, 128, 129, 1023}) {
+      const int64_t Hkv = 1 + n % 2;
+      const AttentionShape shape{group * Hkv, Hkv, (const int64_t[]){64, 18, 40, 2}[n % 4]};
+      const bool causal = n % 5 != 2;
+      const int64_t nq = (const int64_t[]){37, 16, 61, 1}[n % 4];
+      const int64_t q_pos0 = 2003 + 5 * (n % 4);
+      const int64_t before = (const int64_t[]){0, 37, window + 21, 141}[(n / 2) % 4];
+      const int64_t kv_pos0 = q_pos0 - before;
+      const int64_t nk = before + nq + (causal ? 0 : 23);
+      const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, {causal, window},
+                                    n % 3 == 0 ? 1.0f : 0.2f, n % 2 == 1);
+      SCOPED_TRACE(describe(in));
+      std::vector<float> one_out, one_lse;
+      run_flash(in, GetParam(), one_out, one_lse);
+      expect_matches(in, GetParam(), one_out, one_lse);
+      if (nk >= 4) {
+        SCOPED_TRACE("keys cut into three calls, merged, against one call");
+        const int64_t a = (nk / 3) | 1, b = std::max(a + 1, 2 * nk / 3);
+        std::vector<float> out, lse;
+        run_split(in, GetParam(), {0, a, b, nk}, out, lse);
+        expect_split_equals_one_call(out, one_out, max_abs(in.v));
+      }
+      ++n;
+    }
+}
+
 // The bf16 kernel really runs where the CPU has it: its result differs from the f32 kernel's
 // and is closer to exact attention of the rounded inputs than the f32 kernel's is.
 TEST(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
@@ -684,6 +743,35 @@ TEST(AttentionLse, VectorLogAndExpMatchLibm) {
         EXPECT_EQ(got[k], 0.0) << "e^" << ys[i + k];
       else
         EXPECT_NEAR(got[k], want, 2e-15 * (1 - ys[i + k]) * want) << "e^" << ys[i + k];
+    }
+  }
+}
+#endif
+
+#if defined(__AVX512F__)
+// The softmax's 2^x (exp2_avx512.h) against libm: within 2e-7 relative for x in [-125, 0],
+// never a denormal (each would cost a microcode assist), exactly 0 below -125 and for -inf, NaN
+// for NaN.
+TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
+  std::vector<float> xs{0.0f, -0.0f, -0.5f, -1.0f, -124.49f, -124.5f, -124.51f, -125.0f,
+                        -125.01f, -125.5f, -126.0f, -130.0f, -149.0f, -150.0f, -200.0f, -1e30f,
+                        -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()};
+  for (float x = -140.0f; x < 0.0f; x += 0.173f) xs.push_back(x);
+  while (xs.size() % 16) xs.push_back(-1.0f);
+  for (size_t i = 0; i < xs.size(); i += 16) {
+    alignas(64) float got[16];
+    _mm512_store_ps(got, cpu::exp2_ps(_mm512_loadu_ps(xs.data() + i)));
+    for (int k = 0; k < 16; ++k) {
+      const float x = xs[i + k], y = got[k];
+      if (std::isnan(x)) {
+        EXPECT_TRUE(std::isnan(y)) << "2^NaN gave " << y;
+      } else if (x < -125.0f) {
+        EXPECT_EQ(y, 0.0f) << "2^" << x;
+      } else {
+        EXPECT_EQ(std::fpclassify(y), FP_NORMAL) << "2^" << x << " = " << y;
+        EXPECT_NEAR(y, std::exp2(double(x)), 2e-7 * std::exp2(double(x))) << "2^" << x;
+      }
     }
   }
 }

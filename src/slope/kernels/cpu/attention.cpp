@@ -1,7 +1,9 @@
 // CPU flash attention (see attention.h for the contract).
 //
 // Work unit: one query head h and one block of kBq = 64 query rows (32 under a sliding window
-// shorter than 1024 keys, query_vectors() in attention_common.h). The block's queries are
+// shorter than 1024 keys, query_vectors() in attention_common.h; there, where a KV head serves
+// 2+ query heads, 16 positions of up to 4 heads of its group instead, HeadBlocks in
+// attention_common.h, with a vector per head). The block's queries are
 // packed transposed and pre-scaled, Qt[d][r] = q[r,h,d] · scale · log2(e), so every score is
 // already in base 2 and the softmax needs only 2^x. Keys are then streamed in blocks of kBk,
 // restricted to the index range some query of the block can see (causal and window), and for
@@ -18,7 +20,9 @@
 // (their elements are broadcast straight from [n, Hkv, D]), and works for any head_dim with the
 // same code. Only key blocks crossing the causal diagonal or the window edge are masked. In a
 // 32-row window block those edge tiles are triangles: there each 16-row query vector computes
-// only the keys some row of it sees (its band, vector_keys in attention_common.h).
+// only the keys some row of it sees (its band, vector_keys in attention_common.h). A
+// head-packed block's vectors hold the same 16 positions, so its whole key range is that band
+// and it runs the plain micro-kernels of 2 to 4 vectors over it.
 // Rows with no visible key keep m = -inf: we then subtract 0 instead of m (so -inf - -inf never
 // occurs) and they finish with l = 0, out = 0, lse = -inf. A NaN score is not masked away: it
 // makes its 2^x, l and the row's output NaN (exp2_ps keeps NaN), so corrupt inputs show.
@@ -186,29 +190,36 @@ struct Scratch {
   Buf st;  // [kBk][kBq] scores, then probabilities
 };
 
-// One (head, query block) work unit; `ahead`: see prefetch_for_block.
-template <int QV>
-void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scratch& s) {
+// One work unit: query rows i0 .. i0 + kBq - 1 of head h, or, kPacked, rows i0 .. i0 + 15 of
+// the heads h .. h + QV - 1 of one KV group, vector v holding head h + v (HeadBlocks in
+// attention_common.h). Callers prefetch (prefetch_for_block, prefetch_for_head_block).
+template <int QV, bool kPacked = false>
+void attend_block(const Problem& pb, int64_t h, int64_t i0, Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D;
-  const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
+  // Query rows (positions) of the block: a packed block's vectors share them.
+  const int nrows = static_cast<int>(std::min<int64_t>(kPacked ? 16 : kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
-  prefetch_for_block(pb, h, i0, kBq, ahead);
+  // The row of lane 0 of vector v, and its head.
+  auto row0 = [](int v) { return kPacked ? 0 : 16 * v; };
+  auto head = [&](int v) { return kPacked ? h + v : h; };
 
-  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0, in 16 x 16 tiles.
+  // Qt[d][16v + r] = q[i0 + row0(v) + r, head(v), d] · scale · log2 e, padded rows 0, in
+  // 16 x 16 tiles.
   const __m512 qscale = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));
   float* qt = s.qt.get();
   for (int r0 = 0; r0 < kBq; r0 += 16)
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
       const __mmask16 dm = first_lanes(D - d0);
+      const int v = r0 / 16;
+      const float* qv = pb.q + (i0 + row0(v)) * qstride + head(v) * D + d0;
       __m512 t[16];
       for (int r = 0; r < 16; ++r)
-        t[r] = r0 + r < nrows ? _mm512_mul_ps(_mm512_maskz_loadu_ps(
-                                                  dm, pb.q + (i0 + r0 + r) * qstride + h * D + d0),
-                                              qscale)
-                              : _mm512_setzero_ps();
+        t[r] = row0(v) + r < nrows
+                   ? _mm512_mul_ps(_mm512_maskz_loadu_ps(dm, qv + r * qstride), qscale)
+                   : _mm512_setzero_ps();
       transpose16(t);
       for (int c = 0; c < 16 && d0 + c < D; ++c) _mm512_store_ps(qt + (d0 + c) * kBq + r0, t[c]);
     }
@@ -245,7 +256,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
     // A window block's edge tiles are triangles: there each query vector computes only the
     // keys some row of it sees (its band), the others' scores are masked to -inf below and
     // their products skipped.
-    const bool banded = kQV == kWindowQueryVectors && !full;
+    const bool banded = !kPacked && kQV == kWindowQueryVectors && !full;
     Band band[kQV];
     Segment seg[3];
     int nseg = 0;
@@ -259,7 +270,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       for (int j = 0; j < nkeys; j += kNB)
         dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride,
                                                  kvstride, D, st + j * kBq);
-    } else if constexpr (kQV == kWindowQueryVectors) {
+    } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
       qk_bands<Tiles, kBq, kNB>(seg, nseg, qt, kb, kvstride, D, st);
     }
 
@@ -272,7 +283,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
         const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
         const __m512i hi = _mm512_set1_epi32(static_cast<int>(r_max(kp0 + j)));
         for (int v = 0; v < kQV; ++v) {
-          const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
+          const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(row0(v)));
           const __mmask16 vis = _mm512_cmpge_epi32_mask(r, lo) & _mm512_cmplt_epi32_mask(r, hi);
           float* p = st + j * kBq + 16 * v;
           _mm512_store_ps(p, _mm512_mask_blend_ps(vis, neg_inf, _mm512_load_ps(p)));
@@ -315,7 +326,7 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
                                                  st, nkeys, vb + d, kvstride, pv_alpha, ot + d * kBq);
-    } else if constexpr (kQV == kWindowQueryVectors) {
+    } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template PvBands, kNB>(
             static_cast<int>(std::min<int64_t>(kNB, D - d)), st, seg, nseg, vb + d, kvstride,
@@ -329,8 +340,14 @@ void attend_block(const Problem& pb, int64_t h, int64_t i0, int64_t ahead, Scrat
     _mm512_store_ps(mrow + 16 * v, m[v]);
     _mm512_store_ps(lrow + 16 * v, l[v]);
   }
-  finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
-                    pb.lse + i0 * pb.Hq + h);
+  if constexpr (kPacked) {
+    for (int v = 0; v < kQV; ++v)
+      finish_block<16, kBq>(ot + 16 * v, mrow + 16 * v, lrow + 16 * v, nrows, pb, h + v,
+                            pb.out + i0 * qstride + (h + v) * D, pb.lse + i0 * pb.Hq + h + v);
+  } else {
+    finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
+                      pb.lse + i0 * pb.Hq + h);
+  }
 }
 
 template <int QV>
@@ -347,13 +364,37 @@ void run_blocks(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       const int64_t qb = nqb - 1 - t / pb.Hq;
-      attend_block<QV>(pb, t % pb.Hq, qb * kBq, ahead, s);
+      prefetch_for_block(pb, t % pb.Hq, qb * kBq, kBq, ahead);
+      attend_block<QV>(pb, t % pb.Hq, qb * kBq, s);
+    }
+  }
+}
+
+// Head-packed window blocks (HeadBlocks), all of equal work.
+void run_head_blocks(const Problem& pb) {
+  const HeadBlocks hb(pb);
+#pragma omp parallel
+  {
+    Scratch s(pb.D);
+    const int64_t ahead = omp_get_num_threads();
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < hb.count(); ++t) {
+      prefetch_for_head_block(pb, hb, t, ahead);
+      const HeadBlock u = hb.at(t);
+      switch (u.nh) {
+        case 4: attend_block<4, true>(pb, u.h0, u.i0, s); break;
+        case 3: attend_block<3, true>(pb, u.h0, u.i0, s); break;
+        case 2: attend_block<2, true>(pb, u.h0, u.i0, s); break;
+        default: attend_block<1, true>(pb, u.h0, u.i0, s); break;  // not made by HeadBlocks
+      }
     }
   }
 }
 
 void run(const Problem& pb) {
-  if (query_vectors(pb.mask) == kWindowQueryVectors)
+  if (packs_heads(pb))
+    run_head_blocks(pb);
+  else if (query_vectors(pb.mask) == kWindowQueryVectors)
     run_blocks<kWindowQueryVectors>(pb);
   else
     run_blocks<kMaxQueryVectors>(pb);

@@ -1,7 +1,8 @@
 // CPU flash attention in bf16 (attention.h, compute = BF16): the f32 kernel's algorithm and
-// tiles (attention.cpp: queries in the vector lanes, 64 or 32 of them per block, keys streamed
-// in blocks of 64 with an online softmax) with QKᵀ and PV on vdpbf16ps, which multiplies pairs of bf16 and adds both
-// products to an f32 lane:
+// tiles (attention.cpp: queries in the vector lanes, 64 or 32 rows of a head per block or 16
+// positions of up to 4 heads of a KV group, keys streamed in blocks of 64 with an online
+// softmax) with QKᵀ and PV on vdpbf16ps, which multiplies pairs of bf16 and adds both products
+// to an f32 lane:
 //
 //   acc[i] += a[2i]·b[2i] + a[2i+1]·b[2i+1]
 //
@@ -21,7 +22,8 @@
 // softmax, its running sum and the LSE are the f32 kernel's, but the running max m is rounded up
 // to an integer: then 2^(c·s - m) for two values of m differs by an exact power of two (c·s is
 // rounded once, and c·s - m is exact whenever m is near c·s), so its bf16 rounding does not
-// depend on where the keys were split into blocks or calls. Without it, a ring's K/V blocks
+// depend on where the keys were split into blocks or calls (nor on how rows were grouped into
+// blocks: the max, its rounding and each probability are per row). Without it, a ring's K/V blocks
 // round the probabilities differently from one rank's, and bf16 activations amplify that (a
 // near tie in a MoE router picks another expert for a token).
 //
@@ -308,28 +310,34 @@ struct PackedKv {
   int64_t shift;  // kv_pos0 & 1
 };
 
-// One (head, query block) work unit; see attend_block in attention.cpp for the f32 original.
-template <int QV>
-void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, int64_t ahead,
-                  Scratch& s) {
+// One work unit: query rows i0 .. i0 + kBq - 1 of head h, or, kPacked, rows i0 .. i0 + 15 of
+// the heads h .. h + QV - 1 of one KV group, vector v holding head h + v (HeadBlocks in
+// attention_common.h); see attend_block in attention.cpp for the f32 original. Callers
+// prefetch.
+template <int QV, bool kPacked = false>
+void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D, Dh = D / 2;
-  const int nrows = static_cast<int>(std::min<int64_t>(kBq, pb.nq - i0));
+  // Query rows (positions) of the block: a packed block's vectors share them.
+  const int nrows = static_cast<int>(std::min<int64_t>(kPacked ? 16 : kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   const int64_t qstride = pb.Hq * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
-  prefetch_for_block(pb, h, i0, kBq, ahead);
+  // The row of lane 0 of vector v, and its head.
+  auto row0 = [](int v) { return kPacked ? 0 : 16 * v; };
+  auto head = [&](int v) { return kPacked ? h + v : h; };
 
-  // Qp[i][r] = (q[i0 + r, h, 2i], q[i0 + r, h, 2i + 1]) in bf16, padded rows 0, in tiles of
-  // 16 rows x 16 pairs.
+  // Qp[i][16v + r] = (q[i0 + row0(v) + r, head(v), 2i], .., 2i + 1]) in bf16, padded rows 0,
+  // in tiles of 16 rows x 16 pairs.
   uint32_t* qp = s.qp.get();
   for (int r0 = 0; r0 < kBq; r0 += 16)
     for (int64_t i0p = 0; i0p < Dh; i0p += 16) {
       const int64_t d0 = 2 * i0p;
+      const int v = r0 / 16;
       __m512 t[16];
       for (int r = 0; r < 16; ++r) {
-        if (r0 + r < nrows) {
-          const float* qr = pb.q + (i0 + r0 + r) * qstride + h * D + d0;
+        if (row0(v) + r < nrows) {
+          const float* qr = pb.q + (i0 + row0(v) + r) * qstride + head(v) * D + d0;
           const __m512 a = _mm512_maskz_loadu_ps(first_lanes(D - d0), qr);
           const __m512 b = _mm512_maskz_loadu_ps(first_lanes(D - d0 - 16), qr + 16);
           t[r] = _mm512_castsi512_ps(bf16_pairs(a, b));
@@ -382,7 +390,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     // A window block's edge tiles are triangles: there each query vector computes only the
     // keys some row of it sees (its band; for PV the key pairs holding them), the others'
     // scores are masked to -inf below and their probabilities and products skipped.
-    const bool banded = kQV == kWindowQueryVectors && !full;
+    const bool banded = !kPacked && kQV == kWindowQueryVectors && !full;
     Band band[kQV], pband[kQV];
     Segment seg[3], pseg[3];
     int nseg = 0, npseg = 0;
@@ -401,7 +409,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       for (int j = 0; j < nkeys; j += kNB)
         dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * D, D, Dh,
                                                  st + j * kBq);
-    } else if constexpr (kQV == kWindowQueryVectors) {
+    } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
       qk_bands<Tiles, kBq, kNB>(seg, nseg, qp, kb, D, Dh, st);
     }
 
@@ -414,7 +422,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
         const __m512i lo = _mm512_set1_epi32(static_cast<int>(r_min(kp0 + j)));
         const __m512i hi = _mm512_set1_epi32(none ? 0 : static_cast<int>(r_max(kp0 + j)));
         for (int v = 0; v < kQV; ++v) {
-          const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(16 * v));
+          const __m512i r = _mm512_add_epi32(lane, _mm512_set1_epi32(row0(v)));
           const __mmask16 vis = _mm512_cmpge_epi32_mask(r, lo) & _mm512_cmplt_epi32_mask(r, hi);
           float* p = st + j * kBq + 16 * v;
           _mm512_store_ps(p, _mm512_mask_blend_ps(vis, neg_inf, _mm512_load_ps(p)));
@@ -469,7 +477,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
         dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
                                                  pp, npairs, vb + d, D, keep_first, keep_last,
                                                  pv_alpha, ot + d * kBq);
-    } else if constexpr (kQV == kWindowQueryVectors) {
+    } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template PvBands, kNB>(
             static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs, pseg, npseg, vb + d, D,
@@ -483,8 +491,14 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     _mm512_store_ps(mrow + 16 * v, m[v]);
     _mm512_store_ps(lrow + 16 * v, l[v]);
   }
-  finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
-                    pb.lse + i0 * pb.Hq + h);
+  if constexpr (kPacked) {
+    for (int v = 0; v < kQV; ++v)
+      finish_block<16, kBq>(ot + 16 * v, mrow + 16 * v, lrow + 16 * v, nrows, pb, h + v,
+                            pb.out + i0 * qstride + (h + v) * D, pb.lse + i0 * pb.Hq + h + v);
+  } else {
+    finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
+                      pb.lse + i0 * pb.Hq + h);
+  }
 }
 
 // A grow-only buffer of at least n T, 64-byte aligned, its contents undefined.
@@ -521,7 +535,9 @@ void run_kernel(const Problem& pb) {
   used.hi += shift;
   const int qv = query_vectors(pb.mask), bq = 16 * qv;
   const int64_t nqb = (pb.nq + bq - 1) / bq;
-  const int64_t tasks = nqb * pb.Hq;
+  const bool packed = packs_heads(pb);
+  const HeadBlocks hb(pb);
+  const int64_t tasks = packed ? hb.count() : nqb * pb.Hq;
 #pragma omp parallel
   {
     // K and V to bf16 once per call (each omp for ends in a barrier).
@@ -541,14 +557,27 @@ void run_kernel(const Problem& pb) {
     // One KV head at a time (its K/V stay in the cache while all of its query heads and
     // blocks read them), later (longer) query blocks first, the GQA heads of a block together.
     const int64_t group = pb.Hq / pb.Hkv, per_kv_head = nqb * group;
+    // (Head-packed blocks: HeadBlocks' order, also one KV head at a time.)
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
+      if (packed) {
+        prefetch_for_head_block(pb, hb, t, ahead);
+        const HeadBlock u = hb.at(t);
+        switch (u.nh) {
+          case 4: attend_block<4, true>(pb, kv, u.h0, u.i0, s); break;
+          case 3: attend_block<3, true>(pb, kv, u.h0, u.i0, s); break;
+          case 2: attend_block<2, true>(pb, kv, u.h0, u.i0, s); break;
+          default: attend_block<1, true>(pb, kv, u.h0, u.i0, s); break;  // not made by HeadBlocks
+        }
+        continue;
+      }
       const int64_t g = t / per_kv_head, u = t % per_kv_head;
       const int64_t qb = nqb - 1 - u / group, h = g * group + u % group;
+      prefetch_for_block(pb, h, qb * bq, bq, ahead);
       if (qv == kWindowQueryVectors)
-        attend_block<kWindowQueryVectors>(pb, kv, h, qb * bq, ahead, s);
+        attend_block<kWindowQueryVectors>(pb, kv, h, qb * bq, s);
       else
-        attend_block<kMaxQueryVectors>(pb, kv, h, qb * bq, ahead, s);
+        attend_block<kMaxQueryVectors>(pb, kv, h, qb * bq, s);
     }
   }
 }

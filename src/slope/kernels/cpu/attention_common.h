@@ -99,6 +99,49 @@ inline int query_vectors(const AttentionMask& mask) {
                                                                     : kMaxQueryVectors;
 }
 
+// Head-packed window blocks. Under a window shorter than kAttentionWindowBlockMaxW, where a KV
+// head serves two or more query heads, a work unit is the same 16 positions
+// (kAttentionWindowVectorQ) of nh <= 4 query heads of one KV group, one query vector per head:
+// all nh vectors see the same W + 15 keys of the same KV head, so the key blocks run the
+// micro-kernels of nh vectors over that band, each broadcast K or V value serving 16·nh rows
+// (64 at 4 heads) instead of 16 to 32 in a 32-row block of one head, and the block's fixed work
+// (queries, softmax state, finalisation) is spread over 16·nh rows. A group of more than 4
+// heads takes ⌈group/4⌉ blocks of nearly equal size (8: 4 + 4, 6: 3 + 3, 5: 3 + 2). Each row
+// computes the keys its 16-row vector computes in a 32-row block (W + 15, what the planner
+// counts); the key blocks start at the 16 positions' first key instead of the 32 rows', which
+// changes only the order of the f32 sums (and none of the bf16 kernel's rounded probabilities:
+// attention_bf16.cpp).
+constexpr int kMaxGroupVectors = kMaxQueryVectors;
+static_assert(kAttentionWindowVectorQ == 16, "a head-packed block is one vector per head");
+inline bool packs_heads(const Problem& pb) {
+  return pb.mask.window > 0 && pb.mask.window < kAttentionWindowBlockMaxW && pb.Hkv > 0 &&
+         pb.Hq / pb.Hkv >= 2;
+}
+
+// Heads h0 .. h0 + nh - 1 at query rows i0 .. i0 + 15 (fewer in the last block).
+struct HeadBlock {
+  int64_t h0;
+  int nh;
+  int64_t i0;
+};
+
+// The head-packed work units in the order t = 0, 1, ..: KV head, then head chunk, then
+// position block (consecutive units take consecutive positions, whose bands overlap).
+struct HeadBlocks {
+  int64_t group, chunks, nqb, Hkv;
+  explicit HeadBlocks(const Problem& pb)
+      : group(pb.Hq / pb.Hkv),
+        chunks((group + kMaxGroupVectors - 1) / kMaxGroupVectors),
+        nqb((pb.nq + kAttentionWindowVectorQ - 1) / kAttentionWindowVectorQ),
+        Hkv(pb.Hkv) {}
+  int64_t count() const { return Hkv * chunks * nqb; }
+  HeadBlock at(int64_t t) const {
+    const int64_t b = t % nqb, c = t / nqb % chunks, g = t / (nqb * chunks);
+    const int64_t a = c * group / chunks, e = (c + 1) * group / chunks;  // heads [a, e) of g
+    return {g * group + a, static_cast<int>(e - a), b * kAttentionWindowVectorQ};
+  }
+};
+
 // Keys [lo, hi) of a key block, as indices into the block (or, halved, key pairs).
 struct Band {
   int lo = 0, hi = 0;
@@ -217,6 +260,20 @@ inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t
   prefetch_rows(pb.out, i0, bq, pb, h, true);
 }
 
+// The head-packed unit t (HeadBlocks) prefetches the query rows of unit t + ahead and its own
+// output rows, as prefetch_for_block does.
+inline void prefetch_for_head_block(const Problem& pb, const HeadBlocks& hb, int64_t t,
+                                    int64_t ahead) {
+  if (t + ahead < hb.count()) {
+    const HeadBlock n = hb.at(t + ahead);
+    for (int v = 0; v < n.nh; ++v)
+      prefetch_rows(pb.q, n.i0, kAttentionWindowVectorQ, pb, n.h0 + v, false);
+  }
+  const HeadBlock u = hb.at(t);
+  for (int v = 0; v < u.nh; ++v)
+    prefetch_rows(pb.out, u.i0, kAttentionWindowVectorQ, pb, u.h0 + v, true);
+}
+
 // ln x for 8 finite doubles x > 0: x = 2^e · m with m in [0.75, 1.5), ln m = 2 atanh(s) with
 // s = (m - 1)/(m + 1) in [-1/7, 1/5), by its series to s^11 (truncation below 2e-10, far under
 // the f32 the LSE is stored in).
@@ -274,11 +331,12 @@ inline void finish_rows8(__m512d m2, __m512d l, const float* sink, __m512d& lse_
 }
 
 // Finalises a block of kBq query rows of head h (attend_block in both kernels): from the
-// transposed numerator ot [D][kBq] and the running max m and sum l of each row,
+// transposed numerator ot [D][kLd] (its first kBq columns: one vector of a head-packed block
+// is kBq = 16 columns of kLd = 16·nh) and the running max m and sum l of each row,
 // out[r, h, :] = ot[:][r] · factor and lse[r, h] (finish_row), for the first nrows rows of out
 // (rows qstride apart) and lse (rows Hq apart). Rows of 8 whose l are all positive and finite
 // and m finite, with a finite sink or none, take finish_rows8; any other row finish_row.
-template <int kBq>
+template <int kBq, int kLd = kBq>
 inline void finish_block(const float* ot, const float* mrow, const float* lrow, int nrows,
                          const Problem& pb, int64_t h, float* out, float* lse) {
   const int64_t D = pb.D, qstride = pb.Hq * D;
@@ -321,7 +379,7 @@ inline void finish_block(const float* ot, const float* mrow, const float* lrow, 
     for (int64_t d0 = 0; d0 < D; d0 += 16) {
       __m512 t[16];
       for (int c = 0; c < 16; ++c)
-        t[c] = d0 + c < D ? _mm512_mul_ps(_mm512_load_ps(ot + (d0 + c) * kBq + r0), f)
+        t[c] = d0 + c < D ? _mm512_mul_ps(_mm512_load_ps(ot + (d0 + c) * kLd + r0), f)
                           : _mm512_setzero_ps();
       transpose16(t);
       const __mmask16 dm = first_lanes(D - d0);

@@ -2,12 +2,17 @@
 //
 // Range reduction: x = n + f with n = round(x), f in [-0.5, 0.5]; 2^f by a degree-6 polynomial
 // (interpolation at Chebyshev nodes, max relative error 8e-8 in float Horner evaluation, i.e.
-// about 1 ulp), then 2^n applied exactly by vscalefps, which also underflows cleanly to 0.
-// Inputs are clamped below at -200 so that -inf (masked scores) gives exactly 0 instead of NaN
-// (f = -inf - -inf). NaN is not clamped: vmaxps returns its second operand when either is NaN,
-// so max(-200, x) passes a NaN x through and 2^NaN = NaN, as a reference softmax gives (a NaN
-// score must poison its row, not become a weight of 0). Callers only pass x <= 0 (scores
-// minus their running maximum) or NaN.
+// about 1 ulp), then 2^n applied exactly by vscalefps. x below -125 (a masked score, -inf,
+// among them) gives exactly 0 instead of a denormal: results under 2^-126 would be denormal or
+// underflow, and each such vector costs a microcode assist (without FTZ, which the engine does
+// not set) of the order of a hundred cycles; window blocks mask a tenth of their scores, and
+// those assists took a third of a window call's time. A probability below 2^-125 of the row's
+// largest weight (at least 1/2) is lost next to it in f32 anyway. The input is clamped at -125
+// first so that -inf gives no NaN (f = -inf - -inf). NaN is neither clamped nor zeroed: vmaxps
+// returns its second operand when either is NaN, so max(-125, x) passes a NaN x through, the
+// unordered compare keeps it, and 2^NaN = NaN, as a reference softmax gives (a NaN score must
+// poison its row, not become a weight of 0). Callers only pass x <= 0 (scores minus their
+// running maximum) or NaN.
 #pragma once
 
 #if defined(__AVX512F__)
@@ -16,7 +21,9 @@
 namespace slope::kernels::cpu {
 
 inline __m512 exp2_ps(__m512 x) {
-  x = _mm512_max_ps(_mm512_set1_ps(-200.0f), x);  // operand order: NaN x stays NaN
+  const __m512 lowest = _mm512_set1_ps(-125.0f);
+  const __mmask16 keep = _mm512_cmp_ps_mask(x, lowest, _CMP_NLT_UQ);  // x >= -125 or NaN
+  x = _mm512_max_ps(lowest, x);  // operand order: NaN x stays NaN
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
   __m512 p = _mm512_set1_ps(1.546144485e-04f);
@@ -26,7 +33,7 @@ inline __m512 exp2_ps(__m512 x) {
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265072e-01f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
   p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
 }  // namespace slope::kernels::cpu
