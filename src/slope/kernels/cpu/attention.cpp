@@ -363,8 +363,10 @@ void run_blocks(const Problem& pb) {
     // tasks are heads of one query block, so GQA heads sharing a K/V head run close in time.
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
-      const int64_t qb = nqb - 1 - t / pb.Hq;
-      prefetch_for_block(pb, t % pb.Hq, qb * kBq, kBq, ahead);
+      // Unit t: query block nqb - 1 - t / Hq, head t % Hq.
+      const int64_t qb = nqb - 1 - t / pb.Hq, n = t + ahead;
+      prefetch_for_block(pb, t % pb.Hq, qb * kBq, kBq, n < tasks ? n % pb.Hq : -1,
+                         (nqb - 1 - n / pb.Hq) * kBq);
       attend_block<QV>(pb, t % pb.Hq, qb * kBq, s);
     }
   }

@@ -571,13 +571,16 @@ void run_kernel(const Problem& pb) {
         }
         continue;
       }
-      const int64_t g = t / per_kv_head, u = t % per_kv_head;
-      const int64_t qb = nqb - 1 - u / group, h = g * group + u % group;
-      prefetch_for_block(pb, h, qb * bq, bq, ahead);
+      // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query
+      // head u % group of that KV head's group, u = t % per_kv_head.
+      auto head = [&](int64_t w) { return w / per_kv_head * group + w % per_kv_head % group; };
+      auto row0 = [&](int64_t w) { return (nqb - 1 - w % per_kv_head / group) * bq; };
+      const int64_t h = head(t), i0 = row0(t), n = t + ahead;
+      prefetch_for_block(pb, h, i0, bq, n < tasks ? head(n) : -1, row0(n));
       if (qv == kWindowQueryVectors)
-        attend_block<kWindowQueryVectors>(pb, kv, h, qb * bq, s);
+        attend_block<kWindowQueryVectors>(pb, kv, h, i0, s);
       else
-        attend_block<kMaxQueryVectors>(pb, kv, h, qb * bq, s);
+        attend_block<kMaxQueryVectors>(pb, kv, h, i0, s);
     }
   }
 }

@@ -247,16 +247,13 @@ inline void prefetch_rows(const float* x, int64_t i0, int64_t n, const Problem& 
   }
 }
 
-// Work units run in the order t = 0, 1, ..: query block nqb - 1 - t / Hq (the last first), head
-// t % Hq. The unit (h, i0) prefetches the query rows of the unit `ahead` places after it in that
-// order (the one this thread likely takes next: ahead = the thread count), and its own output
-// rows (prefetch_rows).
-inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t bq,
-                               int64_t ahead) {
-  const int64_t nqb = (pb.nq + bq - 1) / bq;
-  const int64_t next = (nqb - 1 - i0 / bq) * pb.Hq + h + ahead;
-  if (next < nqb * pb.Hq)
-    prefetch_rows(pb.q, (nqb - 1 - next / pb.Hq) * bq, bq, pb, next % pb.Hq, false);
+// A work unit of bq query rows of head h from row i0 prefetches the query rows of the unit the
+// kernel hands out `ahead` places after it (the one this thread likely takes next: ahead = the
+// thread count), at head h_next from row i0_next (h_next < 0: none), and its own output rows.
+// Each kernel names the next unit from its own order.
+inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t bq, int64_t h_next,
+                               int64_t i0_next) {
+  if (h_next >= 0) prefetch_rows(pb.q, i0_next, bq, pb, h_next, false);
   prefetch_rows(pb.out, i0, bq, pb, h, true);
 }
 
