@@ -486,19 +486,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   }
 
   // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.
-  alignas(64) float mrow[kBq], lrow[kBq];
-  for (int v = 0; v < kQV; ++v) {
-    _mm512_store_ps(mrow + 16 * v, m[v]);
-    _mm512_store_ps(lrow + 16 * v, l[v]);
-  }
-  if constexpr (kPacked) {
-    for (int v = 0; v < kQV; ++v)
-      finish_block<16, kBq>(ot + 16 * v, mrow + 16 * v, lrow + 16 * v, nrows, pb, h + v,
-                            pb.out + i0 * qstride + (h + v) * D, pb.lse + i0 * pb.Hq + h + v);
-  } else {
-    finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * D,
-                      pb.lse + i0 * pb.Hq + h);
-  }
+  finish_unit<kQV, kPacked>(ot, m, l, nrows, pb, h, i0);
 }
 
 // A grow-only buffer of at least n T, 64-byte aligned, its contents undefined.

@@ -386,6 +386,28 @@ inline void finish_block(const float* ot, const float* mrow, const float* lrow, 
   }
 }
 
+// Finalises a work unit of both kernels (attend_block): kQV query vectors with running max m and
+// sum l, numerators in ot [D][16·kQV]. A unit of one head h is one block of 16·kQV rows from i0;
+// a head-packed unit (kPacked) is vector v = head h + v at the same 16 rows.
+template <int kQV, bool kPacked>
+inline void finish_unit(const float* ot, const __m512 (&m)[kQV], const __m512 (&l)[kQV], int nrows,
+                        const Problem& pb, int64_t h, int64_t i0) {
+  constexpr int kBq = 16 * kQV;
+  const int64_t qstride = pb.Hq * pb.D;
+  alignas(64) float mrow[kBq], lrow[kBq];
+  for (int v = 0; v < kQV; ++v) {
+    _mm512_store_ps(mrow + 16 * v, m[v]);
+    _mm512_store_ps(lrow + 16 * v, l[v]);
+  }
+  if constexpr (kPacked) {
+    for (int v = 0; v < kQV; ++v)
+      finish_block<16, kBq>(ot + 16 * v, mrow + 16 * v, lrow + 16 * v, nrows, pb, h + v,
+                            pb.out + i0 * qstride + (h + v) * pb.D, pb.lse + i0 * pb.Hq + h + v);
+  } else {
+    finish_block<kBq>(ot, mrow, lrow, nrows, pb, h, pb.out + i0 * qstride + h * pb.D, pb.lse + i0 * pb.Hq + h);
+  }
+}
+
 #pragma GCC diagnostic pop
 #endif  // __AVX512F__
 
