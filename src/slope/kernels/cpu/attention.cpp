@@ -371,12 +371,7 @@ void run_head_blocks(const Problem& pb) {
     for (int64_t t = 0; t < hb.count(); ++t) {
       prefetch_for_head_block(pb, hb, t, ahead);
       const HeadBlock u = hb.at(t);
-      switch (u.nh) {
-        case 4: attend_block<4, true>(pb, u.h0, u.i0, s); break;
-        case 3: attend_block<3, true>(pb, u.h0, u.i0, s); break;
-        case 2: attend_block<2, true>(pb, u.h0, u.i0, s); break;
-        default: attend_block<1, true>(pb, u.h0, u.i0, s); break;  // not made by HeadBlocks
-      }
+      with_block_heads(u.nh, [&](auto nh) { attend_block<nh(), true>(pb, u.h0, u.i0, s); });
     }
   }
 }

@@ -551,12 +551,7 @@ void run_kernel(const Problem& pb) {
       if (packed) {
         prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
-        switch (u.nh) {
-          case 4: attend_block<4, true>(pb, kv, u.h0, u.i0, s); break;
-          case 3: attend_block<3, true>(pb, kv, u.h0, u.i0, s); break;
-          case 2: attend_block<2, true>(pb, kv, u.h0, u.i0, s); break;
-          default: attend_block<1, true>(pb, kv, u.h0, u.i0, s); break;  // not made by HeadBlocks
-        }
+        with_block_heads(u.nh, [&](auto nh) { attend_block<nh(), true>(pb, kv, u.h0, u.i0, s); });
         continue;
       }
       // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <type_traits>
 
 #include "slope/kernels/attention.h"
 
@@ -141,6 +142,18 @@ struct HeadBlocks {
     return {g * group + a, static_cast<int>(e - a), b * kAttentionWindowVectorQ};
   }
 };
+
+// Calls f(std::integral_constant<int, nh>{}) for a head-packed block of nh heads: the kernels'
+// attend_block takes the vector count at compile time. HeadBlocks makes blocks of 2 to 4 heads
+// (a group of g >= 2 heads split into ceil(g / 4) near-equal parts).
+template <typename F>
+inline void with_block_heads(int nh, F&& f) {
+  switch (nh) {
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    default: f(std::integral_constant<int, 2>{}); break;
+  }
+}
 
 // Keys [lo, hi) of a key block, as indices into the block (or, halved, key pairs).
 struct Band {
