@@ -448,6 +448,26 @@ TEST_P(FlashAttention, WindowBandEdges) {
     }
 }
 
+// out and lse of `in` computed as calls over the key blocks [cuts[b], cuts[b + 1]) without
+// sinks, merged with attention_merge in block order, then the sinks applied (if in.use_sinks).
+void run_split(const Inputs& in, ComputeType ct, const std::vector<int64_t>& cuts,
+               std::vector<float>& out, std::vector<float>& lse) {
+  const int64_t Hq = in.shape.num_q_heads, Hkv = in.shape.num_kv_heads, D = in.shape.head_dim;
+  out.assign(in.nq * Hq * D, 123.0f);
+  lse.assign(in.nq * Hq, 123.0f);
+  std::vector<float> ob(out.size()), lb(lse.size());
+  for (size_t b = 0; b + 1 < cuts.size(); ++b) {
+    const int64_t j0 = cuts[b], nkb = cuts[b + 1] - cuts[b];
+    flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0,
+                     .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
+                     .nk = nkb, .kv_pos0 = in.kv_pos0 + j0, .shape = in.shape, .mask = in.mask,
+                     .scale = in.scale, .compute = ct, .sinks = nullptr,
+                     .out = b ? ob.data() : out.data(), .lse = b ? lb.data() : lse.data()});
+    if (b) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), in.nq, Hq, D);
+  }
+  if (in.use_sinks) attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), in.nq, Hq, D);
+}
+
 // A window block's edge tiles are triangles, computed by 16-row query vector: each vector
 // takes only the keys some row of it sees. Windows around the vector and block sizes, causal
 // and not (then the band's upper edge is the keys' end, not the diagonal), several 32-row
@@ -470,44 +490,14 @@ TEST_P(FlashAttention, WindowBandsByVector) {
       check_flash(in, GetParam());
       if (GetParam() == ComputeType::BF16 && runs_bf16_kernel(in) && !(n % 2)) {
         // Keys cut at an odd index: the second call starts on an odd position.
-        const int64_t Hq = shape.num_q_heads, Hkv = shape.num_kv_heads, D = shape.head_dim;
-        const int64_t cut = (nk / 2) | 1;
-        std::vector<float> out(nq * Hq * D), lse(nq * Hq), ob(out.size()), lb(lse.size());
-        for (int part = 0; part < 2; ++part) {
-          const int64_t j0 = part ? cut : 0, nkb = part ? nk - cut : cut;
-          flash_attention({.q = in.q.data(), .nq = nq, .q_pos0 = q_pos0,
-                           .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
-                           .nk = nkb, .kv_pos0 = kv_pos0 + j0, .shape = shape, .mask = in.mask,
-                           .scale = in.scale, .compute = GetParam(), .sinks = nullptr,
-                           .out = part ? ob.data() : out.data(), .lse = part ? lb.data() : lse.data()});
-        }
-        attention_merge(out.data(), lse.data(), ob.data(), lb.data(), nq, Hq, D);
+        std::vector<float> out, lse;
+        run_split(in, GetParam(), {0, (nk / 2) | 1, nk}, out, lse);
         std::vector<float> one_out, one_lse;
         run_flash(in, GetParam(), one_out, one_lse);  // no sinks at even n, as the parts
         expect_split_equals_one_call(out, one_out, max_abs(in.v));
       }
       ++n;
     }
-}
-
-// out and lse of `in` computed as calls over the key blocks [cuts[b], cuts[b + 1]) without
-// sinks, merged with attention_merge in block order, then the sinks applied (if in.use_sinks).
-void run_split(const Inputs& in, ComputeType ct, const std::vector<int64_t>& cuts,
-               std::vector<float>& out, std::vector<float>& lse) {
-  const int64_t Hq = in.shape.num_q_heads, Hkv = in.shape.num_kv_heads, D = in.shape.head_dim;
-  out.assign(in.nq * Hq * D, 123.0f);
-  lse.assign(in.nq * Hq, 123.0f);
-  std::vector<float> ob(out.size()), lb(lse.size());
-  for (size_t b = 0; b + 1 < cuts.size(); ++b) {
-    const int64_t j0 = cuts[b], nkb = cuts[b + 1] - cuts[b];
-    flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0,
-                     .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
-                     .nk = nkb, .kv_pos0 = in.kv_pos0 + j0, .shape = in.shape, .mask = in.mask,
-                     .scale = in.scale, .compute = ct, .sinks = nullptr,
-                     .out = b ? ob.data() : out.data(), .lse = b ? lb.data() : lse.data()});
-    if (b) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), in.nq, Hq, D);
-  }
-  if (in.use_sinks) attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), in.nq, Hq, D);
 }
 
 // Short windows over GQA groups of 2+ query heads take head-packed blocks (HeadBlocks in
