@@ -16,8 +16,9 @@
 //
 // Row counts past kRowQuantum that are not a multiple of it run as two calls, the rows down to a
 // multiple of kRowQuantum and then the rest, so a shape builds primitives only for multiples of
-// kRowQuantum and for the kRowQuantum - 1 remainders. Without that, the experts of a 4K gpt-oss
-// `bench` prefill built a primitive for 644 of their 907 calls (~3.8% of the MoE time). Each row
+// kRowQuantum and for the kRowQuantum - 1 remainders: the process-wide cache stays bounded in a
+// long-running worker. Without that, a 4K gpt-oss `bench` prefill built 646 primitives, with it
+// 160 (TTFT did not change measurably: docs/performance.md, "Issue 14: third window"). Each row
 // of the result is the same either way (oneDNN's matmul reduces every row over K in the same
 // order whatever M is); the second call costs one more pass over the packed weights, which the
 // first has just brought into cache.
