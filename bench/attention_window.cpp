@@ -52,6 +52,10 @@ double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) 
 
 int main(int argc, char** argv) {
   const int best_of = argc > 1 ? std::atoi(argv[1]) : 3;
+  if (argc > 2 || best_of < 1) {
+    std::fprintf(stderr, "usage: bench_attention_window [BEST_OF: a whole number >= 1, default 3]\n");
+    return 2;
+  }
   for (ComputeType ct : {ComputeType::F32, ComputeType::BF16}) {
     const char* name = ct == ComputeType::F32 ? "f32 " : "bf16";
     const double causal = rate(16384, 16384, 0, ct, best_of);
