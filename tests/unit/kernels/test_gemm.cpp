@@ -3,11 +3,14 @@
 // Tolerance (both compute types): |y − ref| <= kRelTol · Σ_k |x_k·w_k| (+ |b| + |y0|), i.e.
 // relative to the magnitude of the terms summed, which bounds f32 accumulation error
 // independently of cancellation. For BF16 the reference is computed from the bf16-rounded
-// inputs, so only the f32 accumulation error remains and the same tolerance applies.
+// inputs, so only the f32 accumulation error remains and the same tolerance applies. Each BF16
+// case runs both ways a BF16 Linear can compute (Bf16Matmul): this CPU's default (oneDNN's bf16
+// matmul where it has one) and F32Units, so both are checked on every machine that has them.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <thread>
 #include <tuple>
 #include <vector>
@@ -20,6 +23,16 @@ namespace slope::kernels {
 namespace {
 
 constexpr double kRelTol = 1e-5;
+
+// Sets how BF16 Linears constructed in its scope compute; restores Auto.
+struct UseBf16Matmul {
+  explicit UseBf16Matmul(Bf16Matmul m) { set_bf16_matmul(m); }
+  ~UseBf16Matmul() { set_bf16_matmul(Bf16Matmul::Auto); }
+  UseBf16Matmul(const UseBf16Matmul&) = delete;
+  UseBf16Matmul& operator=(const UseBf16Matmul&) = delete;
+};
+constexpr Bf16Matmul kBf16Matmuls[] = {Bf16Matmul::Auto, Bf16Matmul::F32Units};
+std::string matmul_name(Bf16Matmul m) { return m == Bf16Matmul::F32Units ? " f32-units" : " default"; }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
@@ -112,22 +125,28 @@ TEST_P(LinearTest, MatchesDoubleReference) {
   const Weights w = make_weights(N * K, wdtype, 7 + uint32_t(N * 31 + K));
   const std::vector<float> bias = random_floats(N, 99);
   const float* b = with_bias ? bias.data() : nullptr;
-  const Linear lin(w.data(wdtype), wdtype, layout, N, K, b, ct);
-  EXPECT_EQ(lin.out_features(), N);
-  EXPECT_EQ(lin.in_features(), K);
-  EXPECT_GE(lin.weight_bytes(), size_t(N * K) * (ct == ComputeType::BF16 ? 2 : 4));
   const bool bf16 = ct == ComputeType::BF16;
+  for (Bf16Matmul mm : kBf16Matmuls) {
+    if (!bf16 && mm != Bf16Matmul::Auto) continue;
+    const UseBf16Matmul use(mm);
+    const Linear lin(w.data(wdtype), wdtype, layout, N, K, b, ct);
+    EXPECT_EQ(lin.out_features(), N);
+    EXPECT_EQ(lin.in_features(), K);
+    EXPECT_EQ(lin.compute_type(), ct);
+    const bool wide = !bf16 || bf16_matmul() == Bf16Matmul::F32Units;
+    EXPECT_GE(lin.weight_bytes(), size_t(N * K) * (wide ? 4 : 2));
 
-  // Several M on one Linear: the packed layout chosen at construction must serve them all.
-  for (int64_t M : {1, 3, 17, 130}) {
-    const auto x = random_floats(M * K, uint32_t(M * 1000 + K));
-    for (bool acc : {false, true}) {
-      const auto y0 = random_floats(M * N, uint32_t(M + 5));
-      std::vector<float> y = y0;
-      lin.forward(x.data(), M, y.data(), acc);
-      std::vector<double> ref, mag;
-      reference(x, w.f32, layout, b, acc ? &y0 : nullptr, M, N, K, bf16, ref, mag);
-      expect_close(y, ref, mag, "M=" + std::to_string(M) + (acc ? " accumulate" : ""));
+    // Several M on one Linear: the packed layout chosen at construction must serve them all.
+    for (int64_t M : {1, 3, 17, 130}) {
+      const auto x = random_floats(M * K, uint32_t(M * 1000 + K));
+      for (bool acc : {false, true}) {
+        const auto y0 = random_floats(M * N, uint32_t(M + 5));
+        std::vector<float> y = y0;
+        lin.forward(x.data(), M, y.data(), acc);
+        std::vector<double> ref, mag;
+        reference(x, w.f32, layout, b, acc ? &y0 : nullptr, M, N, K, bf16, ref, mag);
+        expect_close(y, ref, mag, "M=" + std::to_string(M) + (acc ? " accumulate" : "") + matmul_name(mm));
+      }
     }
   }
 }
@@ -157,15 +176,17 @@ TEST(Linear, LargerShapeBothComputeTypes) {
   const Weights w = make_weights(N * K, DType::F32, 3);
   const auto bias = random_floats(N, 4);
   const auto x = random_floats(M * K, 5);
-  for (ComputeType ct : {ComputeType::F32, ComputeType::BF16}) {
-    const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, bias.data(), ct);
-    std::vector<float> y(M * N);
-    lin.forward(x.data(), M, y.data());
-    std::vector<double> ref, mag;
-    reference(x, w.f32, WeightLayout::OutIn, bias.data(), nullptr, M, N, K,
-              ct == ComputeType::BF16, ref, mag);
-    expect_close(y, ref, mag, ct == ComputeType::F32 ? "f32" : "bf16");
-  }
+  for (ComputeType ct : {ComputeType::F32, ComputeType::BF16})
+    for (Bf16Matmul mm : kBf16Matmuls) {
+      const UseBf16Matmul use(mm);
+      const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, bias.data(), ct);
+      std::vector<float> y(M * N);
+      lin.forward(x.data(), M, y.data());
+      std::vector<double> ref, mag;
+      reference(x, w.f32, WeightLayout::OutIn, bias.data(), nullptr, M, N, K,
+                ct == ComputeType::BF16, ref, mag);
+      expect_close(y, ref, mag, (ct == ComputeType::F32 ? "f32" : "bf16") + matmul_name(mm));
+    }
 }
 
 TEST(Linear, ConcurrentForwardWithDistinctOutputs) {
@@ -212,23 +233,26 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
   const int64_t N = 131, K = 67;
   const Weights w = make_weights(N * K, DType::BF16, 21);
   const auto bias = random_floats(N, 22);
-  const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, bias.data(),
-                   ComputeType::BF16);
-  for (int64_t M : {1, 5, 33}) {
-    const auto x = random_floats(M * K, uint32_t(40 + M));
-    std::vector<uint16_t> xb(M * K);
-    to_bf16(x.data(), xb.data(), M * K);
-    for (bool acc : {false, true}) {
-      const auto y0 = random_floats(M * N, uint32_t(M + 9));
-      std::vector<float> want = y0, got = y0;
-      lin.forward(x.data(), M, want.data(), acc);
-      lin.forward_bf16(xb.data(), M, got.data(), acc);
-      for (int64_t i = 0; i < M * N; ++i)
-        ASSERT_EQ(got[i], want[i]) << "M=" << M << " acc=" << acc << " i=" << i;
-      std::vector<double> ref, mag;
-      reference(x, w.f32, WeightLayout::InOut, bias.data(), acc ? &y0 : nullptr, M, N, K, true, ref,
-                mag);
-      expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M));
+  for (Bf16Matmul mm : kBf16Matmuls) {
+    const UseBf16Matmul use(mm);
+    const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, bias.data(),
+                     ComputeType::BF16);
+    for (int64_t M : {1, 5, 33}) {
+      const auto x = random_floats(M * K, uint32_t(40 + M));
+      std::vector<uint16_t> xb(M * K);
+      to_bf16(x.data(), xb.data(), M * K);
+      for (bool acc : {false, true}) {
+        const auto y0 = random_floats(M * N, uint32_t(M + 9));
+        std::vector<float> want = y0, got = y0;
+        lin.forward(x.data(), M, want.data(), acc);
+        lin.forward_bf16(xb.data(), M, got.data(), acc);
+        for (int64_t i = 0; i < M * N; ++i)
+          ASSERT_EQ(got[i], want[i]) << "M=" << M << " acc=" << acc << " i=" << i;
+        std::vector<double> ref, mag;
+        reference(x, w.f32, WeightLayout::InOut, bias.data(), acc ? &y0 : nullptr, M, N, K, true, ref,
+                  mag);
+        expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M) + matmul_name(mm));
+      }
     }
   }
 }
@@ -239,25 +263,44 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
 // multiple of 16 and the rest, and a MoE expert's rows come out the same whichever tokens (and
 // so how many) it is given on a rank. Both compute types, with bias and accumulation, at the
 // bench model's expert shape and a small odd one.
+//
+// That is oneDNN's AVX-512 matmul. Its AVX2 one (CPUs without AVX-512) runs tails of 1 to 3 rows
+// of its 6-row blocks with another kernel, so there rows are held to the f32 accumulation bound
+// instead (twice kRelTol: each side's error against the double reference).
 TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
+  const bool kExactRows = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
   for (auto [N, K] : {std::pair<int64_t, int64_t>{2048, 1024}, std::pair<int64_t, int64_t>{131, 67}}) {
     const Weights w = make_weights(N * K, DType::BF16, uint32_t(N + K));
     const auto bias = random_floats(N, 23);
-    for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
-      const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
-      for (int64_t M : {15, 16, 17, 47, 100}) {
-        const auto x = random_floats(M * K, uint32_t(60 + M));
-        for (bool acc : {false, true}) {
-          const auto y0 = random_floats(M * N, uint32_t(M + 11));
-          std::vector<float> all = y0, one = y0;
-          lin.forward(x.data(), M, all.data(), acc);
-          for (int64_t r = 0; r < M; ++r) lin.forward(x.data() + r * K, 1, one.data() + r * N, acc);
-          for (int64_t i = 0; i < M * N; ++i)
-            ASSERT_EQ(all[i], one[i]) << "N=" << N << " bf16=" << (ct == ComputeType::BF16) << " M=" << M
-                                      << " acc=" << acc << " row " << i / N;
+    for (Bf16Matmul mm : kBf16Matmuls)
+      for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
+        const UseBf16Matmul use(mm);
+        const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
+        for (int64_t M : {2, 3, 4, 15, 16, 17, 47, 100}) {
+          const auto x = random_floats(M * K, uint32_t(60 + M));
+          for (bool acc : {false, true}) {
+            const auto y0 = random_floats(M * N, uint32_t(M + 11));
+            std::vector<float> all = y0, one = y0;
+            lin.forward(x.data(), M, all.data(), acc);
+            for (int64_t r = 0; r < M; ++r) lin.forward(x.data() + r * K, 1, one.data() + r * N, acc);
+            std::vector<double> ref, mag;
+            if (!kExactRows)
+              reference(x, w.f32, WeightLayout::OutIn, bias.data(), acc ? &y0 : nullptr, M, N, K,
+                        ct == ComputeType::BF16, ref, mag);
+            for (int64_t i = 0; i < M * N; ++i) {
+              const std::string where = "N=" + std::to_string(N) + " bf16=" +
+                                        std::to_string(ct == ComputeType::BF16) + matmul_name(mm) +
+                                        " M=" + std::to_string(M) + " acc=" + std::to_string(acc) +
+                                        " row " + std::to_string(i / N);
+              if (kExactRows)
+                ASSERT_EQ(all[i], one[i]) << where;
+              else
+                ASSERT_LE(std::abs(double(all[i]) - one[i]), 2 * kRelTol * mag[i]) << where;
+            }
+          }
         }
       }
-    }
   }
 }
 
@@ -275,6 +318,44 @@ TEST(Linear, RowCountsShareFewPrimitives) {
     for (int64_t M = 161; M <= 208; ++M) lin.forward(x.data(), M, y.data(), acc);
   EXPECT_LE(gemm_primitives_built() - before, 2 * (4 + 15));
   EXPECT_GE(gemm_primitives_built() - before, 2 * (3 + 15));
+}
+
+// The two ways of a BF16 Linear agree to the f32 accumulation bound where this CPU has both,
+// and asking for oneDNN's bf16 matmul where it has none is a clear error, not a crash.
+TEST(Linear, Bf16MatmulChoice) {
+  const int64_t M = 37, N = 129, K = 515;
+  const Weights w = make_weights(N * K, DType::BF16, 41);
+  const auto x = random_floats(M * K, 42);
+  EXPECT_NE(bf16_matmul(), Bf16Matmul::Auto);
+  EXPECT_EQ(bf16_matmul(), native_bf16_matmul_supported() ? Bf16Matmul::Native : Bf16Matmul::F32Units);
+  if (!native_bf16_matmul_supported()) {
+    const UseBf16Matmul use(Bf16Matmul::Native);
+    try {
+      Linear(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16);
+      ADD_FAILURE() << "Native without a bf16 matmul constructed";
+    } catch (const slope::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("no bf16 matmul on this CPU"), std::string::npos) << e.what();
+    }
+    // F32 Linears do not depend on the choice.
+    Linear f32(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::F32);
+    EXPECT_EQ(f32.compute_type(), ComputeType::F32);
+    GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU: only F32Units can run";
+  }
+  std::vector<float> native(M * N), units(M * N);
+  {
+    const UseBf16Matmul use(Bf16Matmul::Native);
+    Linear(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16)
+        .forward(x.data(), M, native.data());
+  }
+  {
+    const UseBf16Matmul use(Bf16Matmul::F32Units);
+    Linear(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16)
+        .forward(x.data(), M, units.data());
+  }
+  std::vector<double> ref, mag;
+  reference(x, w.f32, WeightLayout::OutIn, nullptr, nullptr, M, N, K, true, ref, mag);
+  for (int64_t i = 0; i < M * N; ++i)
+    ASSERT_LE(std::abs(double(native[i]) - units[i]), 2 * kRelTol * mag[i]) << "index " << i;
 }
 
 TEST(Linear, ForwardBf16RejectsAnF32Linear) {

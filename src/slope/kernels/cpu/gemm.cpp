@@ -19,9 +19,15 @@
 // kRowQuantum and for the kRowQuantum - 1 remainders: the process-wide cache stays bounded in a
 // long-running worker. Without that, a 4K gpt-oss `bench` prefill built 646 primitives, with it
 // 160 (TTFT did not change measurably: docs/performance.md, "Issue 14: third window"). Each row
-// of the result is the same either way (oneDNN's matmul reduces every row over K in the same
-// order whatever M is); the second call costs one more pass over the packed weights, which the
-// first has just brought into cache.
+// of the result is the same either way on AVX-512 (oneDNN's matmul there reduces every row over
+// K in the same order whatever M is). Its AVX2 matmul does not: it blocks rows by 6 and runs
+// tails of 1 to 3 rows with another kernel (measured on a Zen 3), so there a row may differ in
+// its last bits with the row count, within the f32 accumulation bound. The second call costs one
+// more pass over the packed weights, which the first has just brought into cache.
+//
+// BF16 Linears run oneDNN's bf16 matmul where this CPU has one, and otherwise the same numbers on
+// the f32 matmul (Bf16Matmul in gemm.h): weights widened once from bf16 at load, rows rounded to
+// bf16 and widened in the pass that would have converted them.
 #include "slope/kernels/gemm.h"
 
 #include <immintrin.h>
@@ -74,6 +80,7 @@ constexpr int64_t kPackM = 512;
 constexpr int64_t kRowQuantum = 16;
 
 std::atomic<int64_t> g_primitives_built{0};
+std::atomic<Bf16Matmul> g_bf16_matmul{Bf16Matmul::Auto};
 
 // One executable matmul and the scratchpad size it needs.
 struct Prim {
@@ -83,9 +90,9 @@ struct Prim {
 
 struct PrimKey {
   int64_t M, N, K;
-  int ct;
+  int dtype;  // the matmul's source and weight type (dnnl::memory::data_type)
   bool bias, accumulate;
-  auto tie() const { return std::tie(M, N, K, ct, bias, accumulate); }
+  auto tie() const { return std::tie(M, N, K, dtype, bias, accumulate); }
   bool operator<(const PrimKey& o) const { return tie() < o.tie(); }
 };
 
@@ -151,15 +158,54 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
   }
 }
 
+namespace {
+
+// y[i] = x[i] rounded to bf16, kept in f32 (what a BF16 Linear on the f32 units multiplies).
+void round_rows_bf16(const float* x, float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(x[i]);
+}
+
+void widen_bf16(const uint16_t* x, float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+
+}  // namespace
+
+bool native_bf16_matmul_supported() {
+  static const bool supported = [] {
+    try {
+      dnnl::memory::desc src({16, 16}, dt::bf16, tag::ab), wei({16, 16}, dt::bf16, tag::any),
+          dst({16, 16}, dt::f32, tag::ab);
+      dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), cpu_engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return supported;
+}
+
+void set_bf16_matmul(Bf16Matmul choice) { g_bf16_matmul.store(choice); }
+
+Bf16Matmul bf16_matmul() {
+  const Bf16Matmul c = g_bf16_matmul.load();
+  if (c != Bf16Matmul::Auto) return c;
+  return native_bf16_matmul_supported() ? Bf16Matmul::Native : Bf16Matmul::F32Units;
+}
+
 struct Linear::Impl {
   int64_t N = 0, K = 0;
   ComputeType ct = ComputeType::F32;
+  bool f32_units = false;  // a BF16 Linear on the f32 matmul (Bf16Matmul::F32Units)
   bool has_bias = false;
   dnnl::memory::desc packed_md;  // weights [K, N] in oneDNN's chosen blocked layout
   dnnl::memory weights;
   dnnl::memory bias;  // [1, N] f32
 
-  dt compute_dt() const { return ct == ComputeType::BF16 ? dt::bf16 : dt::f32; }
+  // The matmul's source and weight type.
+  dt compute_dt() const { return ct == ComputeType::BF16 && !f32_units ? dt::bf16 : dt::f32; }
 
   dnnl::matmul::primitive_desc make_pd(int64_t M, bool accumulate,
                                        const dnnl::memory::desc& wmd) const {
@@ -181,7 +227,7 @@ struct Linear::Impl {
   }
 
   std::shared_ptr<const Prim> get(int64_t M, bool accumulate) const {
-    const PrimKey key{M, N, K, int(ct), has_bias, accumulate};
+    const PrimKey key{M, N, K, int(compute_dt()), has_bias, accumulate};
     return prim_cache().get(key, packed_md, [&] {
       g_primitives_built.fetch_add(1, std::memory_order_relaxed);
       auto pd = make_pd(M, accumulate, packed_md);
@@ -210,6 +256,12 @@ Linear::Linear(const void* weight, DType wdtype, WeightLayout layout, int64_t ou
   m.K = in_features;
   m.ct = ct;
   m.has_bias = bias != nullptr;
+  if (ct == ComputeType::BF16) {
+    const Bf16Matmul use = bf16_matmul();
+    SLOPE_CHECK(use == Bf16Matmul::F32Units || native_bf16_matmul_supported(),
+                "Linear: oneDNN has no bf16 matmul on this CPU; use Bf16Matmul::Auto or F32Units");
+    m.f32_units = use == Bf16Matmul::F32Units;
+  }
   const int64_t N = m.N, K = m.K, numel = N * K;
 
   // 1. Convert the source to the compute dtype in its own layout (exact rounding done here, so
@@ -224,7 +276,12 @@ Linear::Linear(const void* weight, DType wdtype, WeightLayout layout, int64_t ou
   std::vector<float> wf;
   std::vector<uint16_t> wb;
   const void* plain = nullptr;
-  if (ct == ComputeType::F32) {
+  if (m.f32_units) {  // f32 copies of the bf16-rounded weights
+    wf.resize(numel);
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < numel; ++i) wf[i] = round_bf16(src_f32(i));
+    plain = wf.data();
+  } else if (ct == ComputeType::F32) {
     if (wdtype == DType::F32) {
       plain = weight;
     } else {
@@ -269,6 +326,11 @@ void Linear::forward(const float* x, int64_t M, float* y, bool accumulate) const
   if (M == 0) return;
   if (impl_->ct == ComputeType::F32) return run(x, M, y, accumulate);
   thread_local ThreadBuffer act_buf;
+  if (impl_->f32_units) {
+    auto* xr = static_cast<float*>(act_buf.get(size_t(M * impl_->K) * sizeof(float)));
+    round_rows_bf16(x, xr, M * impl_->K);
+    return run(xr, M, y, accumulate);
+  }
   auto* xb = static_cast<uint16_t*>(act_buf.get(size_t(M * impl_->K) * sizeof(uint16_t)));
   to_bf16(x, xb, M * impl_->K);
   run(xb, M, y, accumulate);
@@ -280,6 +342,12 @@ void Linear::forward_bf16(const uint16_t* x, int64_t M, float* y, bool accumulat
               "Linear::forward_bf16 needs a BF16 Linear; this one computes in f32 (call forward)");
   SLOPE_CHECK(M >= 0, "Linear::forward_bf16: negative row count ", M);
   if (M == 0) return;
+  if (impl_->f32_units) {
+    thread_local ThreadBuffer wide_buf;
+    auto* xw = static_cast<float*>(wide_buf.get(size_t(M * impl_->K) * sizeof(float)));
+    widen_bf16(x, xw, M * impl_->K);
+    return run(xw, M, y, accumulate);
+  }
   run(x, M, y, accumulate);
 }
 
@@ -287,7 +355,7 @@ void Linear::run(const void* src, int64_t M, float* y, bool accumulate) const {
   const int64_t rest = M % kRowQuantum;
   if (M > kRowQuantum && rest != 0) {
     const int64_t head = M - rest;
-    const size_t elem = impl_->ct == ComputeType::BF16 ? sizeof(uint16_t) : sizeof(float);
+    const size_t elem = impl_->compute_dt() == dt::bf16 ? sizeof(uint16_t) : sizeof(float);
     run_rows(src, head, y, accumulate);
     run_rows(static_cast<const char*>(src) + size_t(head * impl_->K) * elem, rest, y + head * impl_->N, accumulate);
     return;
