@@ -74,6 +74,15 @@ void flash_attention(const AttentionArgs& args);
 // has it); false when it falls back to the f32 kernel.
 bool bf16_attention_supported();
 
+// Which f32 kernel flash_attention runs. Auto: the widest the build has (AVX-512; else AVX2 +
+// FMA; else a portable one). Avx2: the AVX2 one wherever the build has AVX2 and FMA, also on an
+// AVX-512 machine (for tests, so that the kernel of CPUs without AVX-512 is checked on every
+// machine). Process-wide, for the calls that start afterwards; the bf16 kernel is not affected.
+enum class AttentionKernel { Auto, Avx2 };
+void set_attention_kernel(AttentionKernel kernel);
+// Whether this build has the AVX2 kernel (built with AVX2 and FMA).
+bool avx2_attention_built();
+
 // FLOPs of the work flash_attention actually has to do (QKᵀ and PV, 4·D per visible
 // (query, key, head) triple), counted exactly from the mask. For benchmarks and the planner.
 double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,

@@ -2,7 +2,8 @@
 // double-precision reference that materialises the scores, as HF gpt-oss eager attention does:
 // scores = scale·q·k + mask, the sink logit appended as an extra column, softmax, column dropped.
 // The flash_attention tests run for both compute types (F32 and BF16, the suffix of the test
-// name); BF16 is held to the bound derived at kBf16Unit below.
+// name), and F32 once more on the AVX2 kernel (F32Avx2); BF16 is held to the bound derived at
+// kBf16Unit below.
 #include <gtest/gtest.h>
 
 // GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
@@ -25,6 +26,7 @@
 #include "slope/kernels/attention.h"
 #include "slope/kernels/attention_merge.h"
 #include "slope/kernels/cpu/attention_common.h"
+#include "slope/kernels/cpu/exp2_avx2.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
 
 namespace slope::kernels {
@@ -281,13 +283,29 @@ int64_t kv_offset(int which, int64_t nq, int64_t nk) {
   }
 }
 
-// Each flash_attention test, for each compute type.
-class FlashAttention : public ::testing::TestWithParam<ComputeType> {};
+// Each flash_attention test, for each compute type, and F32 again on the AVX2 kernel
+// (AttentionKernel::Avx2: the f32 kernel of CPUs without AVX-512, checked on every machine that
+// can run it).
+enum class Variant { F32, BF16, F32Avx2 };
+class FlashAttention : public ::testing::TestWithParam<Variant> {
+ protected:
+  void SetUp() override {
+    if (GetParam() != Variant::F32Avx2) return;
+    if (!avx2_attention_built()) GTEST_SKIP() << "this build has no AVX2 kernel";
+    set_attention_kernel(AttentionKernel::Avx2);
+  }
+  void TearDown() override { set_attention_kernel(AttentionKernel::Auto); }
+  ComputeType ct() const { return GetParam() == Variant::BF16 ? ComputeType::BF16 : ComputeType::F32; }
+};
 
 INSTANTIATE_TEST_SUITE_P(Compute, FlashAttention,
-                         ::testing::Values(ComputeType::F32, ComputeType::BF16),
-                         [](const ::testing::TestParamInfo<ComputeType>& info) {
-                           return std::string(info.param == ComputeType::F32 ? "F32" : "BF16");
+                         ::testing::Values(Variant::F32, Variant::BF16, Variant::F32Avx2),
+                         [](const ::testing::TestParamInfo<Variant>& info) {
+                           switch (info.param) {
+                             case Variant::F32: return std::string("F32");
+                             case Variant::BF16: return std::string("BF16");
+                             default: return std::string("F32Avx2");
+                           }
                          });
 
 // Every (nq, nk) pair, the other options cycled so that all values and combinations recur.
@@ -304,7 +322,7 @@ TEST_P(FlashAttention, ShapesSweep) {
       const float scale = (n % 3 == 0) ? 1.0f : 1.0f / std::sqrt(float(shape.head_dim));
       const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, mask, scale, n % 2);
       SCOPED_TRACE(describe(in));
-      check_flash(in, GetParam());
+      check_flash(in, ct());
       ++n;
     }
 }
@@ -323,7 +341,7 @@ TEST_P(FlashAttention, SelfAttentionMasks) {
           const Inputs in = make_inputs(rng, len, 300, len, 300, shape, {causal, window},
                                         0.125f, sinks);
           SCOPED_TRACE(describe(in));
-          check_flash(in, GetParam());
+          check_flash(in, ct());
           ++n;
         }
 }
@@ -342,7 +360,7 @@ TEST_P(FlashAttention, Placements) {
         const Inputs in = make_inputs(rng, nq, 5000, nk, 5000 + kv_offset(placement, nq, nk),
                                       shape, {true, window}, 0.3f, sinks);
         SCOPED_TRACE(describe(in));
-        check_flash(in, GetParam());
+        check_flash(in, ct());
         ++n;
       }
 }
@@ -353,7 +371,7 @@ TEST_P(FlashAttention, FutureKeysGiveEmptyRows) {
   std::vector<float> out(33 * 4 * 24, 1.0f), lse(33 * 4, 1.0f);
   flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
                    .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
-                   .mask = in.mask, .scale = in.scale, .compute = GetParam(), .sinks = nullptr,
+                   .mask = in.mask, .scale = in.scale, .compute = ct(), .sinks = nullptr,
                    .out = out.data(), .lse = lse.data()});
   for (float x : lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity());
   for (float x : out) EXPECT_EQ(x, 0.0f);
@@ -377,12 +395,12 @@ TEST_P(FlashAttention, NanReachesTheRowsThatSeeIt) {
       std::vector<float> out(in.nq * Hq * D, 123.0f), lse(in.nq * Hq, 123.0f);
       flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
                        .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
-                       .mask = in.mask, .scale = in.scale, .compute = GetParam(),
+                       .mask = in.mask, .scale = in.scale, .compute = ct(),
                        .sinks = sinks ? in.sinks.data() : nullptr, .out = out.data(),
                        .lse = lse.data()});
       std::vector<double> ref_out, ref_lse, dot_abs;
       reference(in, sinks, ref_out, ref_lse, &dot_abs);
-      const RowTolerance tol = tolerance_for(in, GetParam(), ref_lse, dot_abs);
+      const RowTolerance tol = tolerance_for(in, ct(), ref_lse, dot_abs);
       int nan_rows = 0;
       std::vector<float> clean_out, clean_lse;
       std::vector<double> clean_ref_out, clean_ref_lse;
@@ -420,7 +438,7 @@ TEST_P(FlashAttention, LongCausal) {
     const Inputs in = make_inputs(rng, 1000, 0, 1000, 0, {2, 1, 64}, {true, window}, 0.125f,
                                   window > 0);
     SCOPED_TRACE(describe(in));
-    check_flash(in, GetParam());
+    check_flash(in, ct());
   }
 }
 
@@ -443,7 +461,7 @@ TEST_P(FlashAttention, WindowBandEdges) {
       const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, {true, window},
                                     n % 3 == 0 ? 1.0f : 0.2f, n % 4 == 1);
       SCOPED_TRACE(describe(in));
-      check_flash(in, GetParam());
+      check_flash(in, ct());
       ++n;
     }
 }
@@ -487,13 +505,13 @@ TEST_P(FlashAttention, WindowBandsByVector) {
       const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, {causal, window},
                                     n % 3 == 0 ? 1.0f : 0.2f, n % 2 == 1);
       SCOPED_TRACE(describe(in));
-      check_flash(in, GetParam());
-      if (GetParam() == ComputeType::BF16 && runs_bf16_kernel(in) && !(n % 2)) {
+      check_flash(in, ct());
+      if (ct() == ComputeType::BF16 && runs_bf16_kernel(in) && !(n % 2)) {
         // Keys cut at an odd index: the second call starts on an odd position.
         std::vector<float> out, lse;
-        run_split(in, GetParam(), {0, (nk / 2) | 1, nk}, out, lse);
+        run_split(in, ct(), {0, (nk / 2) | 1, nk}, out, lse);
         std::vector<float> one_out, one_lse;
-        run_flash(in, GetParam(), one_out, one_lse);  // no sinks at even n, as the parts
+        run_flash(in, ct(), one_out, one_lse);  // no sinks at even n, as the parts
         expect_split_equals_one_call(out, one_out, max_abs(in.v));
       }
       ++n;
@@ -525,13 +543,13 @@ TEST_P(FlashAttention, WindowHeadPackedBlocks) {
                                     n % 3 == 0 ? 1.0f : 0.2f, n % 2 == 1);
       SCOPED_TRACE(describe(in));
       std::vector<float> one_out, one_lse;
-      run_flash(in, GetParam(), one_out, one_lse);
-      expect_matches(in, GetParam(), one_out, one_lse);
+      run_flash(in, ct(), one_out, one_lse);
+      expect_matches(in, ct(), one_out, one_lse);
       if (nk >= 4) {
         SCOPED_TRACE("keys cut into three calls, merged, against one call");
         const int64_t a = (nk / 3) | 1, b = std::max(a + 1, 2 * nk / 3);
         std::vector<float> out, lse;
-        run_split(in, GetParam(), {0, a, b, nk}, out, lse);
+        run_split(in, ct(), {0, a, b, nk}, out, lse);
         expect_split_equals_one_call(out, one_out, max_abs(in.v));
       }
       ++n;
@@ -629,22 +647,22 @@ TEST_P(FlashAttention, SplitKeysThenMergeAndSink) {
           flash_attention({.q = in.q.data(), .nq = nq, .q_pos0 = q_pos0,
                            .k = in.k.data() + j0 * Hkv * D, .v = in.v.data() + j0 * Hkv * D,
                            .nk = nkb, .kv_pos0 = 50 + j0, .shape = shape, .mask = in.mask,
-                           .scale = in.scale, .compute = GetParam(), .sinks = nullptr,
+                           .scale = in.scale, .compute = ct(), .sinks = nullptr,
                            .out = o, .lse = l});
           if (!first) attention_merge(out.data(), lse.data(), ob.data(), lb.data(), nq, Hq, D);
           first = false;
         }
         attention_apply_sinks(out.data(), lse.data(), in.sinks.data(), nq, Hq, D);
 
-        expect_matches(in, GetParam(), out, lse);
-        if (GetParam() == ComputeType::BF16 && runs_bf16_kernel(in)) {
+        expect_matches(in, ct(), out, lse);
+        if (ct() == ComputeType::BF16 && runs_bf16_kernel(in)) {
           // The bf16 kernel rounds each probability the same way wherever the keys were cut
           // (integer running max, key pairs at even positions), so blocks merged agree with one
           // call up to f32 summation order, far inside the bf16 bound: meshes then agree with
           // one rank.
           SCOPED_TRACE("split against one call, both bf16: f32 summation order only");
           std::vector<float> one_out, one_lse;
-          run_flash(in, GetParam(), one_out, one_lse);
+          run_flash(in, ct(), one_out, one_lse);
           expect_split_equals_one_call(out, one_out, max_abs(in.v));
         }
         ++n;
@@ -678,7 +696,7 @@ TEST_P(FlashAttention, CallsFromSeveralThreadsAtOnce) {
     ins.push_back(make_inputs(rng, 40 + 30 * t, 700, 300 + 150 * t, 600 - 7 * t, {4, 2, 64},
                               {true, t % 2 ? 0 : 128}, 0.2f, t % 2 == 1));
   std::vector<std::vector<float>> alone_out(ins.size()), alone_lse(ins.size());
-  for (size_t t = 0; t < ins.size(); ++t) run_flash(ins[t], GetParam(), alone_out[t], alone_lse[t]);
+  for (size_t t = 0; t < ins.size(); ++t) run_flash(ins[t], ct(), alone_out[t], alone_lse[t]);
   std::vector<std::vector<float>> out(ins.size()), lse(ins.size());
   std::vector<int> mismatches(ins.size(), 0);
   {
@@ -686,7 +704,7 @@ TEST_P(FlashAttention, CallsFromSeveralThreadsAtOnce) {
     for (size_t t = 0; t < ins.size(); ++t)
       threads.emplace_back([&, t] {
         for (int rep = 0; rep < 5; ++rep) {
-          run_flash(ins[t], GetParam(), out[t], lse[t]);
+          run_flash(ins[t], ct(), out[t], lse[t]);
           if (out[t] != alone_out[t] || lse[t] != alone_lse[t]) ++mismatches[t];
         }
       });
@@ -695,7 +713,7 @@ TEST_P(FlashAttention, CallsFromSeveralThreadsAtOnce) {
   for (size_t t = 0; t < ins.size(); ++t) {
     SCOPED_TRACE(describe(ins[t]));
     EXPECT_EQ(mismatches[t], 0) << "calls that differ from the same call made alone";
-    check_flash(ins[t], GetParam());
+    check_flash(ins[t], ct());
   }
 }
 
@@ -753,6 +771,33 @@ TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
     alignas(64) float got[16];
     _mm512_store_ps(got, cpu::exp2_ps(_mm512_loadu_ps(xs.data() + i)));
     for (int k = 0; k < 16; ++k) {
+      const float x = xs[i + k], y = got[k];
+      if (std::isnan(x)) {
+        EXPECT_TRUE(std::isnan(y)) << "2^NaN gave " << y;
+      } else if (x < -125.0f) {
+        EXPECT_EQ(y, 0.0f) << "2^" << x;
+      } else {
+        EXPECT_EQ(std::fpclassify(y), FP_NORMAL) << "2^" << x << " = " << y;
+        EXPECT_NEAR(y, std::exp2(double(x)), 2e-7 * std::exp2(double(x))) << "2^" << x;
+      }
+    }
+  }
+}
+#endif
+
+#if defined(__AVX2__) && defined(__FMA__)
+// The AVX2 kernel's 2^x (exp2_avx2.h) to the same contract as the AVX-512 one above.
+TEST(AttentionSoftmax, Exp2Avx2MatchesLibmAndGivesNoDenormal) {
+  std::vector<float> xs{0.0f, -0.0f, -0.5f, -1.0f, -124.49f, -124.5f, -124.51f, -125.0f,
+                        -125.01f, -125.5f, -126.0f, -130.0f, -149.0f, -150.0f, -200.0f, -1e30f,
+                        -std::numeric_limits<float>::infinity(),
+                        std::numeric_limits<float>::quiet_NaN()};
+  for (float x = -140.0f; x < 0.0f; x += 0.173f) xs.push_back(x);
+  while (xs.size() % 8) xs.push_back(-1.0f);
+  for (size_t i = 0; i < xs.size(); i += 8) {
+    alignas(32) float got[8];
+    _mm256_store_ps(got, cpu::exp2_ps(_mm256_loadu_ps(xs.data() + i)));
+    for (int k = 0; k < 8; ++k) {
       const float x = xs[i + k], y = got[k];
       if (std::isnan(x)) {
         EXPECT_TRUE(std::isnan(y)) << "2^NaN gave " << y;

@@ -38,6 +38,7 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -55,7 +56,10 @@ namespace {
 
 using namespace attention_detail;
 
+std::atomic<AttentionKernel> g_kernel{AttentionKernel::Auto};
+
 #if defined(__AVX512F__)
+constexpr bool kAvx512Kernel = true;
 
 // Work unit: QV zmm vectors of queries (kBq = 16·QV rows, query_vectors() chooses) against key
 // blocks of kBk; NB keys (QK) or head dims (PV) broadcast per micro-kernel step, QV·NB = 24 zmm
@@ -386,6 +390,7 @@ void run(const Problem& pb) {
 }
 
 #else  // portable fallback: one (row, head) at a time, two passes over the visible keys
+constexpr bool kAvx512Kernel = false;
 
 void run(const Problem& pb) {
   const int64_t D = pb.D, group = pb.Hq / pb.Hkv;
@@ -435,7 +440,20 @@ void flash_attention(const AttentionArgs& a) {
   const Problem pb{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
                    shape.head_dim, mask, scale, sinks, out, lse};
   if (a.compute == ComputeType::BF16 && run_bf16(pb)) return;
+  if ((g_kernel.load(std::memory_order_relaxed) == AttentionKernel::Avx2 || !kAvx512Kernel) &&
+      run_avx2(pb))
+    return;
   run(pb);
+}
+
+void set_attention_kernel(AttentionKernel kernel) { g_kernel.store(kernel); }
+
+bool avx2_attention_built() {
+#if defined(__AVX2__) && defined(__FMA__)
+  return true;
+#else
+  return false;
+#endif
 }
 
 double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,

@@ -459,4 +459,8 @@ inline void qk_bands(const Segment* seg, int nseg, const Q* q, const K* k, int64
 // run (no AVX512-BF16 in the build or the CPU, odd head_dim, scale not positive and finite).
 bool run_bf16(const Problem& pb);
 
+// The AVX2 + FMA kernel (attention_avx2.cpp) on pb; false, having computed nothing, where the
+// build has no AVX2 or FMA.
+bool run_avx2(const Problem& pb);
+
 }  // namespace slope::kernels::attention_detail

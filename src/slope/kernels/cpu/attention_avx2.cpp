@@ -1,0 +1,256 @@
+// Flash attention on AVX2 + FMA (8-lane ymm) for CPUs without AVX-512 (Zen 2 and 3, Xeons
+// before Skylake-SP): flash_attention's f32 kernel there, where the only other is the portable
+// one (a double-precision loop, 50-100x slower).
+//
+// The contract is attention.cpp's (output + LSE, causal and window masks, sinks, GQA, global
+// positions), with the same vertical online softmax over the query lanes and the same exp2
+// (exp2_avx2.h), in a simpler shape. A work unit is 16 query positions (two ymm vectors) of
+// all the query heads of one KV group (up to 8) against key blocks of 64, each block loaded
+// once for all the heads: AVX2's 16 registers hold the 6 x 2 accumulators of a micro-kernel that
+// broadcasts 6 keys (QK) or 6 head dims (PV) against the two query vectors of a head. Sixteen
+// positions is the window shape the planner counts (W + 15 keys per row under a window of W),
+// so window units need no bands. Units of one head each ran causal 4K at 56 GFLOP/s with 16
+// heads over 4 KV heads against 108 with 4 over 1 (Zen 3): each unit streamed its K/V again. The rows are finalised one at a time in double (finish_row): O(D) per row
+// against O(D · keys) for the unit.
+#include <algorithm>
+#include <cstring>
+#include <new>
+
+#include <omp.h>
+
+#include "slope/kernels/cpu/attention_common.h"
+#include "slope/kernels/cpu/exp2_avx2.h"
+
+namespace slope::kernels::attention_detail {
+
+#if defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+constexpr int kRows = 16;  // query rows of a unit: two vectors
+constexpr int kKeys = 64;  // keys of a block
+constexpr int kNB = 6;     // keys (QK) or head dims (PV) per micro-kernel step
+constexpr int kMaxHeads = 8;  // query heads of one KV group in a unit
+
+// st[b][0..15] = Σ_d k[b, d] · qt[d][0..15] for NB keys, k rows kstride apart.
+template <int NB>
+struct Qk {
+  static void run(const float* qt, const float* k, int64_t kstride, int64_t D, float* st) {
+    __m256 acc[NB][2];
+    for (int b = 0; b < NB; ++b) acc[b][0] = acc[b][1] = _mm256_setzero_ps();
+    for (int64_t d = 0; d < D; ++d) {
+      const __m256 q0 = _mm256_load_ps(qt + d * kRows), q1 = _mm256_load_ps(qt + d * kRows + 8);
+      for (int b = 0; b < NB; ++b) {
+        const __m256 kb = _mm256_broadcast_ss(k + b * kstride + d);
+        acc[b][0] = _mm256_fmadd_ps(kb, q0, acc[b][0]);
+        acc[b][1] = _mm256_fmadd_ps(kb, q1, acc[b][1]);
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      _mm256_store_ps(st + b * kRows, acc[b][0]);
+      _mm256_store_ps(st + b * kRows + 8, acc[b][1]);
+    }
+  }
+};
+
+// ot[b][·] = α · ot[b][·] + Σ_j v[j, b] · pt[j][·] for NB head dims b, v rows vstride apart;
+// alpha null: ot starts from 0 (the first key block; ot is not read).
+template <int NB>
+struct Pv {
+  static void run(const float* pt, int nkeys, const float* v, int64_t vstride, const __m256* alpha,
+                  float* ot) {
+    __m256 acc[NB][2];
+    for (int b = 0; b < NB; ++b)
+      for (int q = 0; q < 2; ++q)
+        acc[b][q] = alpha ? _mm256_mul_ps(_mm256_load_ps(ot + b * kRows + 8 * q), alpha[q])
+                          : _mm256_setzero_ps();
+    for (int j = 0; j < nkeys; ++j) {
+      const __m256 p0 = _mm256_load_ps(pt + j * kRows), p1 = _mm256_load_ps(pt + j * kRows + 8);
+      const float* vj = v + j * vstride;
+      for (int b = 0; b < NB; ++b) {
+        const __m256 vb = _mm256_broadcast_ss(vj + b);
+        acc[b][0] = _mm256_fmadd_ps(vb, p0, acc[b][0]);
+        acc[b][1] = _mm256_fmadd_ps(vb, p1, acc[b][1]);
+      }
+    }
+    for (int b = 0; b < NB; ++b) {
+      _mm256_store_ps(ot + b * kRows, acc[b][0]);
+      _mm256_store_ps(ot + b * kRows + 8, acc[b][1]);
+    }
+  }
+};
+
+// Per-thread scratch, 32-byte aligned, for up to kMaxHeads heads: each head's transposed
+// pre-scaled queries [D][16] and running numerator [D][16], and one key block's scores, then
+// probabilities [64][16].
+class Scratch {
+ public:
+  explicit Scratch(int64_t D)
+      : D_(D),
+        buf_(static_cast<float*>(::operator new[](
+            sizeof(float) * size_t(2 * kMaxHeads * D + kKeys) * kRows, std::align_val_t(32)))) {}
+  ~Scratch() { ::operator delete[](buf_, std::align_val_t(32)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* qt(int head) const { return buf_ + head * D_ * kRows; }
+  float* ot(int head) const { return buf_ + (kMaxHeads + head) * D_ * kRows; }
+  float* st() const { return buf_ + 2 * kMaxHeads * D_ * kRows; }
+
+ private:
+  int64_t D_;
+  float* buf_;
+};
+
+// A work unit: query rows i0 .. i0 + 15 (fewer in the last unit) of the nh heads h0 .. h0 +
+// nh - 1, which share one KV head: each key block is loaded once for all of them.
+void attend_unit(const Problem& pb, int64_t h0, int nh, int64_t i0, const Scratch& s) {
+  const int64_t D = pb.D;
+  const int nrows = static_cast<int>(std::min<int64_t>(kRows, pb.nq - i0));
+  const int64_t kvh = h0 / (pb.Hq / pb.Hkv);
+  const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
+  const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
+
+  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0.
+  const float qscale = static_cast<float>(pb.scale * kLog2e);
+  for (int hh = 0; hh < nh; ++hh) {
+    float* qt = s.qt(hh);
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= nrows) {
+        for (int64_t d = 0; d < D; ++d) qt[d * kRows + r] = 0.0f;
+        continue;
+      }
+      const float* qr = pb.q + (i0 + r) * qstride + (h0 + hh) * D;
+      for (int64_t d = 0; d < D; ++d) qt[d * kRows + r] = qr[d] * qscale;
+    }
+  }
+
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf), zero = _mm256_setzero_ps();
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 m[kMaxHeads][2], l[kMaxHeads][2];
+  for (int hh = 0; hh < nh; ++hh)
+    for (int v = 0; v < 2; ++v) m[hh][v] = neg_inf, l[hh][v] = zero;
+  float* st = s.st();
+
+  const KeyRange range = visible_keys(qa, qa + nrows - 1, pb.nk, pb.kv_pos0, pb.mask);
+  // The first key block's PV writes Ot; with none, Ot stays 0.
+  if (range.lo >= range.hi)
+    for (int hh = 0; hh < nh; ++hh) std::memset(s.ot(hh), 0, sizeof(float) * D * kRows);
+  for (int64_t j0 = range.lo; j0 < range.hi; j0 += kKeys) {
+    const int nkeys = static_cast<int>(std::min<int64_t>(kKeys, range.hi - j0));
+    const float* kb = pb.k + j0 * kvstride + kvh * D;
+    const float* vb = pb.v + j0 * kvstride + kvh * D;
+
+    // Key j (position kp) is visible to rows r_min(kp) <= r < r_max(kp) (attention.cpp).
+    const int64_t kp0 = pb.kv_pos0 + j0;
+    auto r_min = [&](int64_t kp) {
+      return pb.mask.causal ? std::clamp<int64_t>(kp - qa, 0, kRows) : int64_t{0};
+    };
+    auto r_max = [&](int64_t kp) {
+      return pb.mask.window > 0 ? std::clamp<int64_t>(kp + pb.mask.window - qa, 0, kRows)
+                                : int64_t{kRows};
+    };
+    const bool full = r_min(kp0 + nkeys - 1) == 0 && r_max(kp0) >= nrows;
+
+    for (int hh = 0; hh < nh; ++hh) {
+      const float* qt = s.qt(hh);
+      float* ot = s.ot(hh);
+      // S = K·Qt for this key block.
+      for (int j = 0; j < nkeys; j += kNB)
+        dispatch_nb<Qk, kNB>(std::min(kNB, nkeys - j), qt, kb + j * kvstride, kvstride, D,
+                             st + j * kRows);
+
+      // Mask the keys at the diagonal and the window edge.
+      if (!full) {
+        for (int j = 0; j < nkeys; ++j) {
+          const int64_t lo = r_min(kp0 + j), hi = r_max(kp0 + j);
+          if (lo == 0 && hi >= nrows) continue;
+          const __m256i lo1 = _mm256_set1_epi32(static_cast<int>(lo) - 1);
+          const __m256i hiv = _mm256_set1_epi32(static_cast<int>(hi));
+          for (int v = 0; v < 2; ++v) {
+            const __m256i r = _mm256_add_epi32(lane, _mm256_set1_epi32(8 * v));
+            const __m256 vis = _mm256_castsi256_ps(
+                _mm256_and_si256(_mm256_cmpgt_epi32(r, lo1), _mm256_cmpgt_epi32(hiv, r)));
+            float* p = st + j * kRows + 8 * v;
+            _mm256_store_ps(p, _mm256_blendv_ps(neg_inf, _mm256_load_ps(p), vis));
+          }
+        }
+      }
+
+      // Online softmax update over the query lanes.
+      __m256 mx[2] = {m[hh][0], m[hh][1]}, muse[2], sum[2], alpha[2];
+      for (int j = 0; j < nkeys; ++j)
+        for (int v = 0; v < 2; ++v)
+          mx[v] = _mm256_max_ps(mx[v], _mm256_load_ps(st + j * kRows + 8 * v));
+      for (int v = 0; v < 2; ++v) {
+        // Subtract 0 for rows that still see nothing, so their 2^(s - m) is 2^-inf = 0, not NaN.
+        muse[v] = _mm256_blendv_ps(mx[v], zero, _mm256_cmp_ps(mx[v], neg_inf, _CMP_EQ_OQ));
+        alpha[v] = cpu::exp2_ps(_mm256_sub_ps(m[hh][v], muse[v]));
+        sum[v] = zero;
+      }
+      for (int j = 0; j < nkeys; ++j)
+        for (int v = 0; v < 2; ++v) {
+          float* p = st + j * kRows + 8 * v;
+          const __m256 e = cpu::exp2_ps(_mm256_sub_ps(_mm256_load_ps(p), muse[v]));
+          _mm256_store_ps(p, e);
+          sum[v] = _mm256_add_ps(sum[v], e);
+        }
+      for (int v = 0; v < 2; ++v) {
+        l[hh][v] = _mm256_fmadd_ps(l[hh][v], alpha[v], sum[v]);
+        m[hh][v] = mx[v];
+      }
+
+      // Ot = α·Ot + Vᵀ·P; the first block starts Ot from 0.
+      const __m256* pv_alpha = j0 == range.lo ? nullptr : alpha;
+      for (int64_t d = 0; d < D; d += kNB)
+        dispatch_nb<Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)), st, nkeys, vb + d,
+                             kvstride, pv_alpha, ot + d * kRows);
+    }
+  }
+
+  // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.
+  for (int hh = 0; hh < nh; ++hh) {
+    const int64_t h = h0 + hh;
+    const float* ot = s.ot(hh);
+    alignas(32) float mv[kRows], lv[kRows];
+    for (int v = 0; v < 2; ++v) {
+      _mm256_store_ps(mv + 8 * v, m[hh][v]);
+      _mm256_store_ps(lv + 8 * v, l[hh][v]);
+    }
+    for (int r = 0; r < nrows; ++r) {
+      const RowFinal f = finish_row(mv[r], lv[r], pb.sinks, h);
+      float* out = pb.out + (i0 + r) * qstride + h * D;
+      for (int64_t d = 0; d < D; ++d) out[d] = ot[d * kRows + r] * f.out_factor;
+      pb.lse[(i0 + r) * pb.Hq + h] = f.lse;
+    }
+  }
+}
+
+}  // namespace
+
+bool run_avx2(const Problem& pb) {
+  // Units: 16 positions x up to kMaxHeads heads of one KV group (a group of more takes
+  // ceil(group / kMaxHeads) near-equal chunks).
+  const int64_t group = pb.Hq / pb.Hkv, chunks = (group + kMaxHeads - 1) / kMaxHeads;
+  const int64_t nqb = (pb.nq + kRows - 1) / kRows, per_block = pb.Hkv * chunks;
+  const int64_t tasks = nqb * per_block;
+#pragma omp parallel
+  {
+    const Scratch s(pb.D);
+    // Later query blocks see more keys under a causal mask: hand them out first.
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int64_t qb = nqb - 1 - t / per_block, u = t % per_block;
+      const int64_t g = u / chunks, c = u % chunks;
+      const int64_t a = c * group / chunks, e = (c + 1) * group / chunks;  // heads [a, e) of g
+      attend_unit(pb, g * group + a, static_cast<int>(e - a), qb * kRows, s);
+    }
+  }
+  return true;
+}
+
+#else
+
+bool run_avx2(const Problem&) { return false; }
+
+#endif
+
+}  // namespace slope::kernels::attention_detail
