@@ -163,6 +163,40 @@ inline __m512 swiglu_oai16(__m512 gate, __m512 up, __m512 alpha, __m512 limit) {
   const __m512 glu = _mm512_mul_ps(gate, sigmoid512(_mm512_mul_ps(gate, alpha)));
   return _mm512_mul_ps(_mm512_add_ps(up, _mm512_set1_ps(1.f)), glu);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+// exp512's polynomial on ymm lanes. AVX2 has no vscalefps, so 2^n is built from its exponent
+// bits, which holds n in [-126, 127]: x is clamped to [-87.3, 88.3] (e^x from 1.2e-38 to 2.2e38).
+// Past the clamp sigmoid is 1 or about 1e-38 instead of 0: below any f32 or bf16 tolerance
+// of a GLU whose other factor is at most the limit.
+inline __m256 exp256(__m256 x) {
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(88.3f)), _mm256_set1_ps(-87.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
+  const __m256i bits =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+inline __m256 sigmoid256(__m256 z) {
+  const __m256 one = _mm256_set1_ps(1.f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, exp256(_mm256_sub_ps(_mm256_setzero_ps(), z))));
+}
+
+inline __m256 swiglu_oai8(__m256 gate, __m256 up, __m256 alpha, __m256 limit) {
+  gate = _mm256_min_ps(gate, limit);
+  up = _mm256_max_ps(_mm256_min_ps(up, limit), _mm256_sub_ps(_mm256_setzero_ps(), limit));
+  const __m256 glu = _mm256_mul_ps(gate, sigmoid256(_mm256_mul_ps(gate, alpha)));
+  return _mm256_mul_ps(_mm256_add_ps(up, _mm256_set1_ps(1.f)), glu);
+}
 #endif
 
 inline float sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
@@ -183,6 +217,18 @@ void swiglu_oai_row(const float* g, int64_t I, float alpha, float limit, float* 
     const __m512 gate = _mm512_permutex2var_ps(a, even, b);
     const __m512 up = _mm512_permutex2var_ps(a, odd, b);
     _mm512_mask_storeu_ps(o + i, __mmask16((1u << left) - 1), swiglu_oai16(gate, up, va, vl));
+  }
+#elif defined(__AVX2__) && defined(__FMA__)
+  const __m256 va = _mm256_set1_ps(alpha), vl = _mm256_set1_ps(limit);
+  for (; i + 8 <= I; i += 8) {
+    // g + 2i holds (gate, up) pairs: the even lanes of a and b are the gates, the odd the ups;
+    // the shuffles leave them in 64-bit blocks 0, 2, 1, 3.
+    const __m256 a = _mm256_loadu_ps(g + 2 * i), b = _mm256_loadu_ps(g + 2 * i + 8);
+    const __m256 gate = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(2, 0, 2, 0))), _MM_SHUFFLE(3, 1, 2, 0)));
+    const __m256 up = _mm256_castpd_ps(_mm256_permute4x64_pd(
+        _mm256_castps_pd(_mm256_shuffle_ps(a, b, _MM_SHUFFLE(3, 1, 3, 1))), _MM_SHUFFLE(3, 1, 2, 0)));
+    _mm256_storeu_ps(o + i, swiglu_oai8(gate, up, va, vl));
   }
 #endif
   for (; i < I; ++i) {
@@ -226,6 +272,11 @@ void silu_mul(const float* gate_up, int64_t m, int64_t I, float* out) {
       const __m512 gv = _mm512_maskz_loadu_ps(mk, g + i);
       const __m512 uv = _mm512_maskz_loadu_ps(mk, u + i);
       _mm512_mask_storeu_ps(o + i, mk, _mm512_mul_ps(_mm512_mul_ps(gv, sigmoid512(gv)), uv));
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    for (; i + 8 <= I; i += 8) {
+      const __m256 gv = _mm256_loadu_ps(g + i), uv = _mm256_loadu_ps(u + i);
+      _mm256_storeu_ps(o + i, _mm256_mul_ps(_mm256_mul_ps(gv, sigmoid256(gv)), uv));
     }
 #endif
     for (; i < I; ++i) o[i] = g[i] * sigmoid(g[i]) * u[i];
