@@ -79,6 +79,25 @@ struct Pv {
   }
 };
 
+// t[r][c] -> t[c][r] for an 8 x 8 tile.
+inline void transpose8(__m256 (&t)[8]) {
+  __m256 u[8], w[8];
+  for (int i = 0; i < 8; i += 2) {
+    u[i] = _mm256_unpacklo_ps(t[i], t[i + 1]);
+    u[i + 1] = _mm256_unpackhi_ps(t[i], t[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    w[i] = _mm256_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    w[i + 1] = _mm256_shuffle_ps(u[i], u[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    w[i + 2] = _mm256_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    w[i + 3] = _mm256_shuffle_ps(u[i + 1], u[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm256_permute2f128_ps(w[i], w[i + 4], 0x20);
+    t[i + 4] = _mm256_permute2f128_ps(w[i], w[i + 4], 0x31);
+  }
+}
+
 // Per-thread scratch, 32-byte aligned, for up to kMaxHeads heads: each head's transposed
 // pre-scaled queries [D][16] and running numerator [D][16], and one key block's scores, then
 // probabilities [64][16].
@@ -109,17 +128,25 @@ void attend_unit(const Problem& pb, int64_t h0, int nh, int64_t i0, const Scratc
   const int64_t qstride = pb.Hq * D, kvstride = pb.Hkv * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
 
-  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0.
+  // Qt[d][r] = q[i0 + r, h, d] · scale · log2 e, padded rows 0, in 8 x 8 tiles (the head dims
+  // past a multiple of 8 one at a time).
   const float qscale = static_cast<float>(pb.scale * kLog2e);
+  const int64_t D8 = D / 8 * 8;
   for (int hh = 0; hh < nh; ++hh) {
     float* qt = s.qt(hh);
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= nrows) {
-        for (int64_t d = 0; d < D; ++d) qt[d * kRows + r] = 0.0f;
-        continue;
+    const float* qh = pb.q + i0 * qstride + (h0 + hh) * D;
+    for (int r0 = 0; r0 < kRows; r0 += 8) {
+      for (int64_t d0 = 0; d0 < D8; d0 += 8) {
+        __m256 t[8];
+        for (int r = 0; r < 8; ++r)
+          t[r] = r0 + r < nrows
+                     ? _mm256_mul_ps(_mm256_loadu_ps(qh + (r0 + r) * qstride + d0), _mm256_set1_ps(qscale))
+                     : _mm256_setzero_ps();
+        transpose8(t);
+        for (int c = 0; c < 8; ++c) _mm256_store_ps(qt + (d0 + c) * kRows + r0, t[c]);
       }
-      const float* qr = pb.q + (i0 + r) * qstride + (h0 + hh) * D;
-      for (int64_t d = 0; d < D; ++d) qt[d * kRows + r] = qr[d] * qscale;
+      for (int r = r0; r < r0 + 8; ++r)
+        for (int64_t d = D8; d < D; ++d) qt[d * kRows + r] = r < nrows ? qh[r * qstride + d] * qscale : 0.0f;
     }
   }
 
@@ -215,11 +242,23 @@ void attend_unit(const Problem& pb, int64_t h0, int nh, int64_t i0, const Scratc
       _mm256_store_ps(mv + 8 * v, m[hh][v]);
       _mm256_store_ps(lv + 8 * v, l[hh][v]);
     }
+    alignas(32) float factor[kRows];
     for (int r = 0; r < nrows; ++r) {
       const RowFinal f = finish_row(mv[r], lv[r], pb.sinks, h);
-      float* out = pb.out + (i0 + r) * qstride + h * D;
-      for (int64_t d = 0; d < D; ++d) out[d] = ot[d * kRows + r] * f.out_factor;
+      factor[r] = f.out_factor;
       pb.lse[(i0 + r) * pb.Hq + h] = f.lse;
+    }
+    float* oh = pb.out + i0 * qstride + h * D;
+    for (int r0 = 0; r0 < nrows; r0 += 8) {
+      for (int64_t d0 = 0; d0 < D8; d0 += 8) {
+        __m256 t[8];
+        for (int c = 0; c < 8; ++c) t[c] = _mm256_load_ps(ot + (d0 + c) * kRows + r0);
+        transpose8(t);
+        for (int r = 0; r < 8 && r0 + r < nrows; ++r)
+          _mm256_storeu_ps(oh + (r0 + r) * qstride + d0, _mm256_mul_ps(t[r], _mm256_set1_ps(factor[r0 + r])));
+      }
+      for (int r = r0; r < std::min(r0 + 8, nrows); ++r)
+        for (int64_t d = D8; d < D; ++d) oh[r * qstride + d] = ot[d * kRows + r] * factor[r];
     }
   }
 }
