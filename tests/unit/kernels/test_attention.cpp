@@ -756,59 +756,52 @@ TEST(AttentionLse, VectorLogAndExpMatchLibm) {
 }
 #endif
 
-#if defined(__AVX512F__)
-// The softmax's 2^x (exp2_avx512.h) against libm: within 2e-7 relative for x in [-125, 0],
-// never a denormal (each would cost a microcode assist), exactly 0 below -125 and for -inf, NaN
-// for NaN.
-TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
+// The inputs of the 2^x tests and the check of their results: within 2e-7 relative for x in
+// [-125, 0], never a denormal (each would cost a microcode assist), exactly 0 below -125 and for
+// -inf, NaN for NaN. Padded to a multiple of 16 lanes.
+std::vector<float> exp2_inputs() {
   std::vector<float> xs{0.0f, -0.0f, -0.5f, -1.0f, -124.49f, -124.5f, -124.51f, -125.0f,
                         -125.01f, -125.5f, -126.0f, -130.0f, -149.0f, -150.0f, -200.0f, -1e30f,
                         -std::numeric_limits<float>::infinity(),
                         std::numeric_limits<float>::quiet_NaN()};
   for (float x = -140.0f; x < 0.0f; x += 0.173f) xs.push_back(x);
   while (xs.size() % 16) xs.push_back(-1.0f);
-  for (size_t i = 0; i < xs.size(); i += 16) {
-    alignas(64) float got[16];
-    _mm512_store_ps(got, cpu::exp2_ps(_mm512_loadu_ps(xs.data() + i)));
-    for (int k = 0; k < 16; ++k) {
-      const float x = xs[i + k], y = got[k];
-      if (std::isnan(x)) {
-        EXPECT_TRUE(std::isnan(y)) << "2^NaN gave " << y;
-      } else if (x < -125.0f) {
-        EXPECT_EQ(y, 0.0f) << "2^" << x;
-      } else {
-        EXPECT_EQ(std::fpclassify(y), FP_NORMAL) << "2^" << x << " = " << y;
-        EXPECT_NEAR(y, std::exp2(double(x)), 2e-7 * std::exp2(double(x))) << "2^" << x;
-      }
+  return xs;
+}
+
+[[maybe_unused]] void check_exp2(const std::vector<float>& xs, const std::vector<float>& got) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const float x = xs[i], y = got[i];
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(y)) << "2^NaN gave " << y;
+    } else if (x < -125.0f) {
+      EXPECT_EQ(y, 0.0f) << "2^" << x;
+    } else {
+      EXPECT_EQ(std::fpclassify(y), FP_NORMAL) << "2^" << x << " = " << y;
+      EXPECT_NEAR(y, std::exp2(double(x)), 2e-7 * std::exp2(double(x))) << "2^" << x;
     }
   }
+}
+
+#if defined(__AVX512F__)
+// The softmax's 2^x (exp2_avx512.h).
+TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
+  const std::vector<float> xs = exp2_inputs();
+  std::vector<float> got(xs.size());
+  for (size_t i = 0; i < xs.size(); i += 16)
+    _mm512_storeu_ps(got.data() + i, cpu::exp2_ps(_mm512_loadu_ps(xs.data() + i)));
+  check_exp2(xs, got);
 }
 #endif
 
 #if defined(__AVX2__) && defined(__FMA__)
-// The AVX2 kernel's 2^x (exp2_avx2.h) to the same contract as the AVX-512 one above.
+// The AVX2 kernel's 2^x (exp2_avx2.h), to the same contract.
 TEST(AttentionSoftmax, Exp2Avx2MatchesLibmAndGivesNoDenormal) {
-  std::vector<float> xs{0.0f, -0.0f, -0.5f, -1.0f, -124.49f, -124.5f, -124.51f, -125.0f,
-                        -125.01f, -125.5f, -126.0f, -130.0f, -149.0f, -150.0f, -200.0f, -1e30f,
-                        -std::numeric_limits<float>::infinity(),
-                        std::numeric_limits<float>::quiet_NaN()};
-  for (float x = -140.0f; x < 0.0f; x += 0.173f) xs.push_back(x);
-  while (xs.size() % 8) xs.push_back(-1.0f);
-  for (size_t i = 0; i < xs.size(); i += 8) {
-    alignas(32) float got[8];
-    _mm256_store_ps(got, cpu::exp2_ps(_mm256_loadu_ps(xs.data() + i)));
-    for (int k = 0; k < 8; ++k) {
-      const float x = xs[i + k], y = got[k];
-      if (std::isnan(x)) {
-        EXPECT_TRUE(std::isnan(y)) << "2^NaN gave " << y;
-      } else if (x < -125.0f) {
-        EXPECT_EQ(y, 0.0f) << "2^" << x;
-      } else {
-        EXPECT_EQ(std::fpclassify(y), FP_NORMAL) << "2^" << x << " = " << y;
-        EXPECT_NEAR(y, std::exp2(double(x)), 2e-7 * std::exp2(double(x))) << "2^" << x;
-      }
-    }
-  }
+  const std::vector<float> xs = exp2_inputs();
+  std::vector<float> got(xs.size());
+  for (size_t i = 0; i < xs.size(); i += 8)
+    _mm256_storeu_ps(got.data() + i, cpu::exp2_ps(_mm256_loadu_ps(xs.data() + i)));
+  check_exp2(xs, got);
 }
 #endif
 

@@ -15,6 +15,16 @@
 // running maximum) or NaN.
 #pragma once
 
+namespace slope::kernels::cpu {
+
+// 2^f for f in [-0.5, 0.5], highest power first (Horner).
+inline constexpr int kExp2PolyTerms = 7;
+inline constexpr float kExp2Poly[kExp2PolyTerms] = {1.546144485e-04f, 1.340042800e-03f,
+                                                     9.618056938e-03f, 5.550327152e-02f,
+                                                     2.402265072e-01f, 6.931471825e-01f, 1.0f};
+
+}  // namespace slope::kernels::cpu
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 
@@ -26,13 +36,8 @@ inline __m512 exp2_ps(__m512 x) {
   x = _mm512_max_ps(lowest, x);  // operand order: NaN x stays NaN
   const __m512 n = _mm512_roundscale_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   const __m512 f = _mm512_sub_ps(x, n);
-  __m512 p = _mm512_set1_ps(1.546144485e-04f);
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.340042800e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(9.618056938e-03f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(5.550327152e-02f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(2.402265072e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(6.931471825e-01f));
-  p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(1.0f));
+  __m512 p = _mm512_set1_ps(kExp2Poly[0]);
+  for (int i = 1; i < kExp2PolyTerms; ++i) p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(kExp2Poly[i]));
   return _mm512_maskz_scalef_ps(keep, p, n);
 }
 
