@@ -277,7 +277,7 @@ TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
       for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
         const UseBf16Matmul use(mm);
         const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
-        for (int64_t M : {2, 3, 4, 15, 16, 17, 47, 100}) {
+        for (int64_t M : {15, 16, 17, 47, 100}) {
           const auto x = random_floats(M * K, uint32_t(60 + M));
           for (bool acc : {false, true}) {
             const auto y0 = random_floats(M * N, uint32_t(M + 11));
