@@ -11,12 +11,10 @@
 // positions is the window shape the planner counts (W + 15 keys per row under a window of W),
 // so window units need no bands. Units of one head each ran causal 4K at 56 GFLOP/s with 16
 // heads over 4 KV heads against 108 with 4 over 1 (Zen 3): each unit streamed its K/V again. K
-// and V are read head-major (HeadMajorKv). The rows are finalised one at a time in double (finish_row): O(D) per row
-// against O(D · keys) for the unit.
+// and V are read head-major (HeadMajorKv). The rows' LSE and factor are finalised one at a time
+// in double (finish_row): O(1) per row against O(D · keys) for the unit.
 #include <algorithm>
 #include <cstring>
-#include <memory>
-#include <new>
 
 #include <omp.h>
 
@@ -100,25 +98,18 @@ inline void transpose8(__m256 (&t)[8]) {
   }
 }
 
-// Per-thread scratch, 32-byte aligned, for up to kMaxHeads heads: each head's transposed
-// pre-scaled queries [D][16] and running numerator [D][16], and one key block's scores, then
-// probabilities [64][16].
+// Per-thread scratch for up to kMaxHeads heads: each head's transposed pre-scaled queries
+// [D][16] and running numerator [D][16], and one key block's scores, then probabilities [64][16].
 class Scratch {
  public:
-  explicit Scratch(int64_t D)
-      : D_(D),
-        buf_(static_cast<float*>(::operator new[](
-            sizeof(float) * size_t(2 * kMaxHeads * D + kKeys) * kRows, std::align_val_t(32)))) {}
-  ~Scratch() { ::operator delete[](buf_, std::align_val_t(32)); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  float* qt(int head) const { return buf_ + head * D_ * kRows; }
-  float* ot(int head) const { return buf_ + (kMaxHeads + head) * D_ * kRows; }
-  float* st() const { return buf_ + 2 * kMaxHeads * D_ * kRows; }
+  explicit Scratch(int64_t D) : D_(D), buf_(alloc<float>((2 * kMaxHeads * D + kKeys) * kRows)) {}
+  float* qt(int head) const { return buf_.get() + head * D_ * kRows; }
+  float* ot(int head) const { return buf_.get() + (kMaxHeads + head) * D_ * kRows; }
+  float* st() const { return buf_.get() + 2 * kMaxHeads * D_ * kRows; }
 
  private:
   int64_t D_;
-  float* buf_;
+  Buf<float> buf_;
 };
 
 // K and V head-major, [Hkv][nk][D]: row j of KV head g at g · head_stride + j · D. The rows of
@@ -131,25 +122,6 @@ struct HeadMajorKv {
   const float* k;
   const float* v;
   int64_t head_stride;
-};
-
-// Buffers kept by the calling thread from call to call (the engine calls attention once per
-// layer per chunk; fresh buffers cost a page fault per 4 KiB written each time), grown to the
-// largest K/V asked for.
-class KeptBuffer {
- public:
-  float* get(int64_t n) {
-    if (n > cap_) {
-      buf_.reset();  // before allocating the larger one: never both at once
-      buf_.reset(new float[size_t(n)]);
-      cap_ = n;
-    }
-    return buf_.get();
-  }
-
- private:
-  std::unique_ptr<float[]> buf_;
-  int64_t cap_ = 0;
 };
 
 // A work unit: query rows i0 .. i0 + 15 (fewer in the last unit) of the nh heads h0 .. h0 +
@@ -307,13 +279,12 @@ bool run_avx2(const Problem& pb) {
   const int64_t group = pb.Hq / pb.Hkv, chunks = (group + kMaxHeads - 1) / kMaxHeads;
   const int64_t nqb = (pb.nq + kRows - 1) / kRows, per_kv_head = nqb * chunks;
   const int64_t tasks = per_kv_head * pb.Hkv;
-  HeadMajorKv kv{pb.k, pb.v, pb.nk * D};
-  thread_local KeptBuffer k_buf, v_buf;
+  // The head-major copies (with one KV head, none), kept by the calling thread (GrowBuf).
   const bool pack = pb.Hkv > 1;
-  if (pack) {
-    kv.k = k_buf.get(pb.Hkv * pb.nk * D);
-    kv.v = v_buf.get(pb.Hkv * pb.nk * D);
-  }
+  thread_local GrowBuf<float> k_buf, v_buf;
+  float* const kp = pack ? k_buf.get(pb.Hkv * pb.nk * D) : nullptr;
+  float* const vp = pack ? v_buf.get(pb.Hkv * pb.nk * D) : nullptr;
+  const HeadMajorKv kv{pack ? kp : pb.k, pack ? vp : pb.v, pb.nk * D};
   // Only the keys some query sees are packed: the units read no other.
   const KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
 #pragma omp parallel
@@ -323,8 +294,8 @@ bool run_avx2(const Problem& pb) {
       for (int64_t j = used.lo; j < used.hi; ++j)
         for (int64_t g = 0; g < pb.Hkv; ++g) {
           const int64_t from = (j * pb.Hkv + g) * D, to = g * kv.head_stride + j * D;
-          std::memcpy(const_cast<float*>(kv.k) + to, pb.k + from, sizeof(float) * D);
-          std::memcpy(const_cast<float*>(kv.v) + to, pb.v + from, sizeof(float) * D);
+          std::memcpy(kp + to, pb.k + from, sizeof(float) * D);
+          std::memcpy(vp + to, pb.v + from, sizeof(float) * D);
         }
     }
     const Scratch s(D);

@@ -76,19 +76,6 @@ constexpr int kBk = 64;
 static_assert(kBk == kAttentionBlockK && kBk % 2 == 0, "attention.h states the tiles");
 static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
 
-// 64-byte aligned, uninitialised.
-template <typename T>
-struct AlignedFree {
-  void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
-};
-template <typename T>
-using Buf = std::unique_ptr<T[], AlignedFree<T>>;
-template <typename T>
-Buf<T> alloc(int64_t n) {
-  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
-  return Buf<T>(static_cast<T*>(::operator new[](bytes, std::align_val_t(64))));
-}
-
 // The 32 floats x = (a, b) in bf16, rounded to nearest even with denormals kept, a NaN staying a
 // (quiet) NaN; 32-bit lane i holds the pair (x[2i], x[2i+1]), low half the even one.
 inline __m512i bf16_pairs(__m512 a, __m512 b) {
@@ -488,21 +475,6 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   // Finalise: out[i0 + r, h, :] = Ot[:][r] · factor, lse.
   finish_unit<kQV, kPacked>(ot, m, l, nrows, pb, h, i0);
 }
-
-// A grow-only buffer of at least n T, 64-byte aligned, its contents undefined.
-template <typename T>
-struct GrowBuf {
-  Buf<T> buf;
-  int64_t cap = 0;
-  T* get(int64_t n) {
-    if (n > cap) {
-      buf.reset();  // before allocating the larger one: never both at once
-      buf = alloc<T>(n);
-      cap = n;
-    }
-    return buf.get();
-  }
-};
 
 void run_kernel(const Problem& pb) {
   const int64_t D = pb.D, kvstride = pb.Hkv * D, shift = pb.kv_pos0 & 1;

@@ -1,6 +1,6 @@
-// Pieces shared by the CPU attention kernels (attention.cpp, f32; attention_bf16.cpp, bf16):
-// the visible key range of a query block, the row finalisation (LSE, sinks) and the unpacked
-// arguments. Internal to kernels/cpu.
+// Pieces shared by the CPU attention kernels (attention.cpp, f32; attention_bf16.cpp, bf16;
+// attention_avx2.cpp, f32 on AVX2): the visible key range of a query block, the row
+// finalisation (LSE, sinks), the unpacked arguments and the aligned buffers. Internal to kernels/cpu.
 #pragma once
 
 #include <algorithm>
@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <memory>
+#include <new>
 #include <type_traits>
 
 #include "slope/kernels/attention.h"
@@ -37,6 +39,36 @@ inline KeyRange visible_keys(int64_t p_first, int64_t p_last, int64_t nk, int64_
   hi = std::max<int64_t>(hi, 0);
   return {lo, std::max(lo, hi)};
 }
+
+// 64-byte aligned, uninitialised.
+template <typename T>
+struct AlignedFree {
+  void operator()(T* p) const { ::operator delete[](p, std::align_val_t(64)); }
+};
+template <typename T>
+using Buf = std::unique_ptr<T[], AlignedFree<T>>;
+template <typename T>
+Buf<T> alloc(int64_t n) {
+  const size_t bytes = static_cast<size_t>(std::max<int64_t>(n, 1)) * sizeof(T);
+  return Buf<T>(static_cast<T*>(::operator new[](bytes, std::align_val_t(64))));
+}
+
+// A grow-only buffer of at least n T, 64-byte aligned, its contents undefined. The kernels keep
+// their per-call K/V copies in thread_local ones: the engine calls attention once per layer per
+// chunk, and fresh buffers cost a page fault per 4 KiB written each time.
+template <typename T>
+struct GrowBuf {
+  Buf<T> buf;
+  int64_t cap = 0;
+  T* get(int64_t n) {
+    if (n > cap) {
+      buf.reset();  // before allocating the larger one: never both at once
+      buf = alloc<T>(n);
+      cap = n;
+    }
+    return buf.get();
+  }
+};
 
 // Final row values from the running state (base-2 max m, denominator l, numerator already
 // divided by l by the caller): lse in natural log, and the factor that applies the sink.

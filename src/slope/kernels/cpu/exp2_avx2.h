@@ -3,7 +3,7 @@
 // The same contract and polynomial (kExp2Poly) as exp2_avx512.h, which explains them: x = n + f with
 // n = round(x), 2^f by the degree-6 polynomial, x below -125 (a masked score, -inf, among them)
 // gives exactly 0 and no denormal, and NaN passes through. AVX2 has no vscalefps, so 2^n is
-// built from its exponent bits, (n + 127) << 23: exact for the n in [-125, 127] the clamp and the
+// built from its exponent bits (pow2n_ps): exact for the n in [-125, 127] the clamp and the
 // callers (x <= 0) leave. A NaN n converts to 0x80000000, whose shifted bits give 1.0, so the
 // result is the polynomial's NaN.
 #pragma once
@@ -15,6 +15,12 @@
 
 namespace slope::kernels::cpu {
 
+// 2^n for integral n in [-126, 127] (AVX2 has no vscalefps): the exponent bits (n + 127) << 23.
+inline __m256 pow2n_ps(__m256 n) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+}
+
 inline __m256 exp2_ps(__m256 x) {
   const __m256 lowest = _mm256_set1_ps(-125.0f);
   const __m256 keep = _mm256_cmp_ps(x, lowest, _CMP_NLT_UQ);  // x >= -125 or NaN
@@ -23,9 +29,7 @@ inline __m256 exp2_ps(__m256 x) {
   const __m256 f = _mm256_sub_ps(x, n);
   __m256 p = _mm256_set1_ps(kExp2Poly[0]);
   for (int i = 1; i < kExp2PolyTerms; ++i) p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(kExp2Poly[i]));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_and_ps(keep, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)));
+  return _mm256_and_ps(keep, _mm256_mul_ps(p, pow2n_ps(n)));
 }
 
 }  // namespace slope::kernels::cpu

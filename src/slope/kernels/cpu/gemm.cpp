@@ -140,6 +140,17 @@ void convert_to_bf16(const float* x, uint16_t* y, int64_t n) {
   for (; i < n; ++i) y[i] = f32_to_bf16(x[i]);
 }
 
+// y[i] = x[i] rounded to bf16, kept in f32 (what a BF16 Linear on the f32 units multiplies).
+void round_rows_bf16(const float* x, float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(x[i]);
+}
+
+void widen_bf16(const uint16_t* x, float* y, int64_t n) {
+#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
+  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
+}
+
 }  // namespace
 
 void to_bf16_serial(const float* x, uint16_t* y, int64_t n) { convert_to_bf16(x, y, n); }
@@ -157,21 +168,6 @@ void to_bf16(const float* x, uint16_t* y, int64_t n) {
     convert_to_bf16(x + b, y + b, std::min(kChunk, n - b));
   }
 }
-
-namespace {
-
-// y[i] = x[i] rounded to bf16, kept in f32 (what a BF16 Linear on the f32 units multiplies).
-void round_rows_bf16(const float* x, float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) y[i] = round_bf16(x[i]);
-}
-
-void widen_bf16(const uint16_t* x, float* y, int64_t n) {
-#pragma omp parallel for schedule(static) if (n >= (int64_t{1} << 16))
-  for (int64_t i = 0; i < n; ++i) y[i] = bf16_to_f32(x[i]);
-}
-
-}  // namespace
 
 bool native_bf16_matmul_supported() {
   static const bool supported = [] {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "slope/core/error.h"
+#include "slope/kernels/cpu/exp2_avx2.h"  // pow2n_ps
 #include "slope/kernels/gemm.h"
 
 namespace slope::kernels {
@@ -167,7 +168,7 @@ inline __m512 swiglu_oai16(__m512 gate, __m512 up, __m512 alpha, __m512 limit) {
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 // exp512's polynomial on ymm lanes. AVX2 has no vscalefps, so 2^n is built from its exponent
-// bits, which holds n in [-126, 127]: x is clamped to [-87.3, 88.3] (e^x from 1.2e-38 to 2.2e38).
+// bits (cpu::pow2n_ps), which holds n in [-126, 127]: x is clamped to [-87.3, 88.3] (e^x from 1.2e-38 to 2.2e38).
 // Past the clamp sigmoid is 1 or about 1e-38 instead of 0: below any f32 or bf16 tolerance
 // of a GLU whose other factor is at most the limit.
 inline __m256 exp256(__m256 x) {
@@ -179,9 +180,7 @@ inline __m256 exp256(__m256 x) {
   __m256 p = _mm256_set1_ps(kExpPoly[0]);
   for (int i = 1; i < kExpPolyTerms; ++i) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(kExpPoly[i]));
   p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.f)));
-  const __m256i bits =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+  return _mm256_mul_ps(p, cpu::pow2n_ps(n));
 }
 
 inline __m256 sigmoid256(__m256 z) {
