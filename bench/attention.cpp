@@ -2,7 +2,8 @@
 // visible (query, key) pairs, 4·D flops each) and as a fraction of the nominal peak of the
 // development machine (fp32 FMA 224 GFLOP/s per core, /work/shared/reference/machine-limits.md;
 // bf16 vdpbf16ps twice that). BM_SelfAttention runs compute = F32, BM_SelfAttentionBf16
-// compute = BF16 (the f32 kernel where the CPU lacks AVX512-BF16: the label says which ran).
+// compute = BF16 (the f32 kernel where the CPU lacks AVX512-BF16: the label says which ran; on
+// AMX tiles where the CPU has AMX), BM_SelfAttentionBf16Dot compute = BF16 without AMX.
 // Read the rates against bench_peak's fp32 and bf16 figures from the same session.
 //
 //   build/release/bench/bench_attention --benchmark_min_time=0.5
@@ -85,6 +86,11 @@ void BM_SelfAttention(benchmark::State& state) {
 void BM_SelfAttentionBf16(benchmark::State& state) {
   self_attention(state, slope::kernels::ComputeType::BF16);
 }
+void BM_SelfAttentionBf16Dot(benchmark::State& state) {
+  slope::kernels::set_amx_attention(false);
+  self_attention(state, slope::kernels::ComputeType::BF16);
+  slope::kernels::set_amx_attention(true);
+}
 
 // The shapes of both compute types: issue 14's 4K, 16K and 32K, causal and window 128, head_dim
 // 64 (causal with 4 q heads over 1 KV head, ~275 GFLOP per iteration at 16K; window 128 with
@@ -100,6 +106,7 @@ void shapes(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_SelfAttention)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_SelfAttentionBf16)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_SelfAttentionBf16Dot)->Apply(shapes)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // llama.cpp's one prefill-sized flash-attention case in `test-backend-ops perf`
 // (FLASH_ATTN_EXT hsk=hsv=72, nh=16, kv=nb=5776, no mask, f16 K/V): the same shape here, f32 and

@@ -5,10 +5,15 @@
 // FLOP/cycle/core); Zen 4 at half that. AVX2 + FMA only (Zen 2 and 3): 12 ymm accumulators
 // (two FMA pipes of latency 4 to 5), 16 FLOP per instruction, and no bf16 probe: such a CPU has
 // no bf16 arithmetic, its bf16 Linears run on the FMA units (kernels/gemm.h, Bf16Matmul), and
-// scripts/peak_probe.sh reports the fp32 figure for bf16.
+// scripts/peak_probe.sh reports the fp32 figure for bf16. Where the CPU has AMX (Sapphire
+// Rapids and later) and the kernel grants it, a third probe runs tdpbf16ps on four independent
+// accumulator tiles (16384 FLOP per instruction): oneDNN's bf16 matmul and SLOPE's AMX attention
+// run there, so that is the bf16 peak on such a machine.
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 #include <omp.h>
+
+#include "slope/kernels/cpu/amx.h"
 
 namespace {
 
@@ -81,10 +86,61 @@ void BM_Peak(benchmark::State& state) {
   state.counters["threads"] = threads;
 }
 
+#if SLOPE_AMX
+constexpr int64_t kAmxIters = 2'000'000;
+
+// tmm0..3 += tmm4/5 x tmm6/7: four independent accumulators, each instruction a 16 x 32 by
+// 32 x 16 bf16 product.
+double run_amx_thread() {
+  const slope::kernels::cpu::TileConfig cfg;
+  _tile_loadconfig(&cfg);
+  alignas(64) uint16_t ab[16 * 32];
+  for (auto& x : ab) x = 0x3f80;  // 1.0
+  alignas(64) float c[16 * 16] = {};
+  _tile_loadd(0, c, 64);
+  _tile_loadd(1, c, 64);
+  _tile_loadd(2, c, 64);
+  _tile_loadd(3, c, 64);
+  _tile_loadd(4, ab, 64);
+  _tile_loadd(5, ab, 64);
+  _tile_loadd(6, ab, 64);
+  _tile_loadd(7, ab, 64);
+  for (int64_t it = 0; it < kAmxIters; ++it) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  _tile_stored(0, c, 64);
+  _tile_release();
+  return c[0];
+}
+
+void BM_PeakBf16Amx(benchmark::State& state) {
+  const int threads = int(state.range(0));
+  if (!slope::kernels::cpu::amx_usable()) {
+    state.SkipWithError("no AMX: the CPU lacks AMX-BF16 or the kernel did not grant the tile state");
+    return;
+  }
+  double sink = 0;
+  for (auto _ : state) {
+#pragma omp parallel num_threads(threads) reduction(+ : sink)
+    sink += run_amx_thread();
+  }
+  benchmark::DoNotOptimize(sink);
+  state.counters["GFLOP/s"] = benchmark::Counter(double(threads) * kAmxIters * 4 * 16384.0 / 1e9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = threads;
+}
+#endif
+
 }  // namespace
 
 BENCHMARK(BM_Peak<false>)->Name("BM_PeakFp32Fma")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 #if defined(__AVX512BF16__)
 BENCHMARK(BM_Peak<true>)->Name("BM_PeakBf16Dot")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+#endif
+#if SLOPE_AMX
+BENCHMARK(BM_PeakBf16Amx)->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 #endif
 BENCHMARK_MAIN();

@@ -74,6 +74,12 @@ void flash_attention(const AttentionArgs& args);
 // has it); false when it falls back to the f32 kernel.
 bool bf16_attention_supported();
 
+// True when the bf16 kernel runs QKᵀ and PV on AMX tiles on this CPU (AMX-BF16, granted by the
+// kernel), for head_dim a multiple of 32. set_amx_attention(false) keeps it on vdpbf16ps
+// (process-wide, for the calls that start afterwards: tests and A/B benchmarks).
+bool amx_attention_supported();
+void set_amx_attention(bool on);
+
 // Which f32 kernel flash_attention runs. Auto: the widest the build has (AVX-512; else AVX2 +
 // FMA; else a portable one). Avx2: the AVX2 one wherever the build has AVX2 and FMA, also on an
 // AVX-512 machine (for tests, so that the kernel of CPUs without AVX-512 is checked on every

@@ -2,7 +2,8 @@
 // double-precision reference that materialises the scores, as HF gpt-oss eager attention does:
 // scores = scale·q·k + mask, the sink logit appended as an extra column, softmax, column dropped.
 // The flash_attention tests run for both compute types (F32 and BF16, the suffix of the test
-// name), and F32 once more on the AVX2 kernel (F32Avx2); BF16 is held to the bound derived at
+// name), F32 once more on the AVX2 kernel (F32Avx2) and, on a CPU with AMX, BF16 once more on
+// vdpbf16ps (BF16Dot; BF16 there runs on the AMX tiles); BF16 is held to the bound derived at
 // kBf16Unit below.
 #include <gtest/gtest.h>
 
@@ -286,24 +287,37 @@ int64_t kv_offset(int which, int64_t nq, int64_t nk) {
 // Each flash_attention test, for each compute type, and F32 again on the AVX2 kernel
 // (AttentionKernel::Avx2: the f32 kernel of CPUs without AVX-512, checked on every machine that
 // can run it).
-enum class Variant { F32, BF16, F32Avx2 };
+// (BF16Dot: the bf16 kernel without AMX, checked wherever the CPU has AMX.)
+enum class Variant { F32, BF16, F32Avx2, BF16Dot };
 class FlashAttention : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
+    if (GetParam() == Variant::BF16Dot) {
+      if (!amx_attention_supported()) GTEST_SKIP() << "no AMX here: BF16 already runs vdpbf16ps";
+      set_amx_attention(false);
+    }
     if (GetParam() != Variant::F32Avx2) return;
     if (!avx2_attention_built()) GTEST_SKIP() << "this build has no AVX2 kernel";
     set_attention_kernel(AttentionKernel::Avx2);
   }
-  void TearDown() override { set_attention_kernel(AttentionKernel::Auto); }
-  ComputeType ct() const { return GetParam() == Variant::BF16 ? ComputeType::BF16 : ComputeType::F32; }
+  void TearDown() override {
+    set_attention_kernel(AttentionKernel::Auto);
+    set_amx_attention(true);
+  }
+  ComputeType ct() const {
+    return GetParam() == Variant::BF16 || GetParam() == Variant::BF16Dot ? ComputeType::BF16
+                                                                        : ComputeType::F32;
+  }
 };
 
 INSTANTIATE_TEST_SUITE_P(Compute, FlashAttention,
-                         ::testing::Values(Variant::F32, Variant::BF16, Variant::F32Avx2),
+                         ::testing::Values(Variant::F32, Variant::BF16, Variant::F32Avx2,
+                                           Variant::BF16Dot),
                          [](const ::testing::TestParamInfo<Variant>& info) {
                            switch (info.param) {
                              case Variant::F32: return std::string("F32");
                              case Variant::BF16: return std::string("BF16");
+                             case Variant::BF16Dot: return std::string("BF16Dot");
                              default: return std::string("F32Avx2");
                            }
                          });

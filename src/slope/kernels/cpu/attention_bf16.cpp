@@ -34,6 +34,17 @@
 // pairs its last key with probability 0. The V value of such an unseen partner is dropped
 // from the broadcast pair (not multiplied by 0), so a NaN or Inf in a key no row may see stays
 // out, as in the f32 kernel, which never reads keys outside the visible range.
+//
+// Where the CPU has AMX (amx.h; Sapphire Rapids and later) and head_dim is a multiple of 32, the
+// blocks that are not window bands run QKᵀ and most of PV on the tile unit instead, with the
+// same operands and the same layouts: S tiles are 16 keys x 16 query lanes of st, from a K tile
+// (16 keys x 32 dims of Kh, rows as they are) and a Q tile (16 dim pairs x 16 query lanes of Qp);
+// Ot tiles are 16 head dims x 16 query lanes, from a Vᵀ tile (16 dims x 32 key slots, packed once
+// per call as Vt[Hkv][D][slots]) and a P tile (16 key pairs x 16 query lanes of Pp). PV takes
+// runs of 16 key pairs that lie inside the block's visible keys; a first pair whose even key is
+// unseen, a last pair past the block and the fewer than 16 pairs left over go through the
+// vector micro-kernel above, so the unseen partners' V stays dropped. Only the order of the f32
+// sums changes (tdpbf16ps, like vdpbf16ps, rounds to nearest even and flushes denormals).
 #include "slope/kernels/attention.h"
 
 // GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
@@ -48,10 +59,13 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <type_traits>
+#include <utility>
 
 #include <omp.h>
 
 #include "slope/core/log.h"
+#include "slope/kernels/cpu/amx.h"
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
 
@@ -245,6 +259,124 @@ inline void pv_tile_bands(const uint32_t* pp, int npairs, const Segment* seg, in
     for (int q = 0; q < 2; ++q) _mm512_store_ps(ot + b * kBq + 16 * q, acc[b][q]);
 }
 
+#if SLOPE_AMX
+// The tile instructions name their registers in the instruction itself: S or Ot tiles of query
+// vector v in tmm v (v < 4), the K or Vᵀ tile in tmm4, the Q or P tile in tmm5. GCC 12's tile
+// intrinsics are asm statements that do not say they touch memory, so each tile step is fenced
+// for the compiler (tile_fence) against the vector code that writes and reads the same buffers.
+inline void tile_fence() { asm volatile("" ::: "memory"); }
+template <int T>
+inline void tile_load(const void* p, int64_t stride) {
+  static_assert(T >= 0 && T < 4);
+  if constexpr (T == 0) _tile_loadd(0, p, stride);
+  if constexpr (T == 1) _tile_loadd(1, p, stride);
+  if constexpr (T == 2) _tile_loadd(2, p, stride);
+  if constexpr (T == 3) _tile_loadd(3, p, stride);
+}
+template <int T>
+inline void tile_store(void* p, int64_t stride) {
+  if constexpr (T == 0) _tile_stored(0, p, stride);
+  if constexpr (T == 1) _tile_stored(1, p, stride);
+  if constexpr (T == 2) _tile_stored(2, p, stride);
+  if constexpr (T == 3) _tile_stored(3, p, stride);
+}
+template <int T>
+inline void tile_zero() {
+  if constexpr (T == 0) _tile_zero(0);
+  if constexpr (T == 1) _tile_zero(1);
+  if constexpr (T == 2) _tile_zero(2);
+  if constexpr (T == 3) _tile_zero(3);
+}
+// tmm T += tmm4 · tmm5.
+template <int T>
+inline void tile_dp() {
+  if constexpr (T == 0) _tile_dpbf16ps(0, 4, 5);
+  if constexpr (T == 1) _tile_dpbf16ps(1, 4, 5);
+  if constexpr (T == 2) _tile_dpbf16ps(2, 4, 5);
+  if constexpr (T == 3) _tile_dpbf16ps(3, 4, 5);
+}
+// f(integral_constant<int, v>) for v = 0 .. QV - 1.
+template <int QV, typename F>
+__attribute__((always_inline)) inline void each_vector(F&& f) {
+  [&]<int... V>(std::integer_sequence<int, V...>) {
+    (f(std::integral_constant<int, V>{}), ...);
+  }(std::make_integer_sequence<int, QV>{});
+}
+
+// st[j][·] = Σ_d k[j,d] · q[·,d] for the keys of a block, in tiles of 16 keys (rows of st past
+// nkeys, up to the next 16, get scores of whatever follows in Kh: scratch the softmax never
+// reads); k: the block's first key in Kh, rows D apart; qp: [D/2][kBq]; D a multiple of 32.
+template <int QV>
+void qk_amx(const uint32_t* qp, const uint16_t* k, int64_t D, int nkeys, float* st) {
+  constexpr int kBq = 16 * QV;
+  tile_fence();
+  for (int j = 0; j < nkeys; j += 16) {
+    each_vector<QV>([](auto v) { tile_zero<v()>(); });
+    for (int64_t d = 0; d < D; d += 32) {
+      _tile_loadd(4, k + j * D + d, 2 * D);
+      each_vector<QV>([&](auto v) {
+        _tile_loadd(5, qp + d / 2 * kBq + 16 * v(), 4 * kBq);
+        tile_dp<v()>();
+      });
+    }
+    each_vector<QV>([&](auto v) { tile_store<v()>(st + j * kBq + 16 * v(), 4 * kBq); });
+  }
+  tile_fence();
+}
+
+// ot[d][·] = (zero ? 0 : ot[d][·]) + Σ_i vt[d][2i .. 2i + 1] · pp[i][·] over the key pairs
+// p0 <= i < p0 + 16·nch of a block; vt: the block's slot 0 of head dim 0 in Vt, rows (head
+// dims) sp slots apart; pp: [pairs][kBq].
+template <int QV>
+void pv_amx(const uint32_t* pp, int p0, int nch, const uint16_t* vt, int64_t sp, int64_t D,
+            bool zero, float* ot) {
+  constexpr int kBq = 16 * QV;
+  tile_fence();
+  for (int64_t d = 0; d < D; d += 16) {
+    float* o = ot + d * kBq;
+    each_vector<QV>([&](auto v) {
+      if (zero)
+        tile_zero<v()>();
+      else
+        tile_load<v()>(o + 16 * v(), 4 * kBq);
+    });
+    for (int c = 0; c < nch; ++c) {
+      const int i = p0 + 16 * c;
+      _tile_loadd(4, vt + d * sp + 2 * i, 2 * sp);
+      each_vector<QV>([&](auto v) {
+        _tile_loadd(5, pp + i * kBq + 16 * v(), 4 * kBq);
+        tile_dp<v()>();
+      });
+    }
+    each_vector<QV>([&](auto v) { tile_store<v()>(o + 16 * v(), 4 * kBq); });
+  }
+  tile_fence();
+}
+
+// vt[h][d][j] = bf16 v[j - shift, h, d] for the slots of [s0, s1) rounded out to 16 (a slot
+// with no key, j < shift or j - shift >= nk, is 0); rows sp >= s1 rounded up to 16 slots apart.
+void pack_v_transposed(const float* v, int64_t nk, int64_t shift, int64_t Hkv, int64_t D,
+                       int64_t s0, int64_t s1, int64_t sp, uint16_t* vt) {
+  const int64_t b0 = s0 / 16, b1 = (s1 + 15) / 16;
+#pragma omp for collapse(2) schedule(static)
+  for (int64_t h = 0; h < Hkv; ++h)
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        __m512 t[16];
+        for (int r = 0; r < 16; ++r) {
+          const int64_t key = 16 * b + r - shift;
+          t[r] = key >= 0 && key < nk
+                     ? _mm512_maskz_loadu_ps(first_lanes(D - d0), v + (key * Hkv + h) * D + d0)
+                     : _mm512_setzero_ps();
+        }
+        transpose16(t);
+        for (int c = 0; c < 16 && d0 + c < D; ++c)
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(vt + (h * D + d0 + c) * sp + 16 * b),
+                              (__m256i)_mm512_cvtneps_pbh(t[c]));
+      }
+}
+#endif  // SLOPE_AMX
+
 // QV query vectors of a block kBq rows wide.
 template <int QV, int kBq = 16 * QV>
 struct Tiles {
@@ -289,12 +421,15 @@ struct Scratch {
 // block streams 128 B per key from one run of pages instead of every Hkv-th 128 B of K's
 // [n, Hkv, D] rows (at 32K keys and 4 KV heads that run is 4 MiB against 16 MiB of pages: the
 // TLB and the prefetchers keep up with the one and not the other).
+// With AMX, vt [Hkv][D][sp] holds V transposed (pack_v_transposed), and null without.
 struct PackedKv {
   const uint16_t* k16;
   int64_t slots;  // key slots per head: nk + shift
   const uint32_t* vp;
   int64_t np;     // slot pairs per head
   int64_t shift;  // kv_pos0 & 1
+  const uint16_t* vt;
+  int64_t sp;     // slots per row of vt
 };
 
 // One work unit: query rows i0 .. i0 + kBq - 1 of head h, or, kPacked, rows i0 .. i0 + 15 of
@@ -392,7 +527,11 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     }
 
     // S = K·Qᵀ for this key block, unscaled.
-    if (!banded) {
+    if (!banded && kv.vt) {
+#if SLOPE_AMX
+      qk_amx<QV>(qp, kb, D, nkeys, st);
+#endif
+    } else if (!banded) {
       for (int j = 0; j < nkeys; j += kNB)
         dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * D, D, Dh,
                                                  st + j * kBq);
@@ -459,11 +598,34 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     const uint32_t keep_first = (j0 < range.lo) ? 0xffff0000u : 0xffffffffu;
     const __m512* pv_alpha = j0 == start ? nullptr : alpha;  // the first block starts Ot from 0
     const uint32_t keep_last = (nkeys % 2) ? 0x0000ffffu : 0xffffffffu;
-    if (!banded) {
+    // PV by the vector micro-kernel over the key pairs [i, i + n), onto Ot scaled by a.
+    auto pv_vectors = [&](int i, int n, uint32_t kf, uint32_t kl, const __m512* a) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template Pv, kNB>(static_cast<int>(std::min<int64_t>(kNB, D - d)),
-                                                 pp, npairs, vb + d, D, keep_first, keep_last,
-                                                 pv_alpha, ot + d * kBq);
+                                                 pp + i * kBq, n, vb + i * D + d, D, kf, kl, a,
+                                                 ot + d * kBq);
+    };
+    // AMX: the runs of 16 pairs from the first whose keys are both seen, up to the last such.
+    const int tile_p0 = keep_first != ~0u ? 1 : 0;
+    const int tile_runs =
+        kv.vt && !banded ? std::max(0, npairs - tile_p0 - (keep_last != ~0u ? 1 : 0)) / 16 : 0;
+    if (tile_runs > 0) {
+#if SLOPE_AMX
+      if (pv_alpha)
+        for (int64_t d = 0; d < D; ++d)
+          for (int v = 0; v < kQV; ++v) {
+            float* o = ot + d * kBq + 16 * v;
+            _mm512_store_ps(o, _mm512_mul_ps(_mm512_load_ps(o), alpha[v]));
+          }
+      pv_amx<QV>(pp, tile_p0, tile_runs, kv.vt + kvh * D * kv.sp + j0, kv.sp, D, !pv_alpha, ot);
+      __m512 one[kQV];
+      for (int v = 0; v < kQV; ++v) one[v] = _mm512_set1_ps(1.0f);
+      if (tile_p0) pv_vectors(0, 1, keep_first, ~0u, one);
+      const int rest = tile_p0 + 16 * tile_runs;
+      if (rest < npairs) pv_vectors(rest, npairs - rest, ~0u, keep_last, one);
+#endif
+    } else if (!banded) {
+      pv_vectors(0, npairs, keep_first, keep_last, pv_alpha);
     } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template PvBands, kNB>(
@@ -476,6 +638,13 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   finish_unit<kQV, kPacked>(ot, m, l, nrows, pb, h, i0);
 }
 
+std::atomic<bool> g_amx{true};
+
+// Whether this call runs QKᵀ and PV on AMX tiles.
+bool uses_amx(const Problem& pb) {
+  return g_amx.load(std::memory_order_relaxed) && pb.D % 32 == 0 && cpu::amx_usable();
+}
+
 void run_kernel(const Problem& pb) {
   const int64_t D = pb.D, kvstride = pb.Hkv * D, shift = pb.kv_pos0 & 1;
   const int64_t slots = pb.nk + shift, np = (slots + 1) / 2;
@@ -485,9 +654,14 @@ void run_kernel(const Problem& pb) {
   // write and read them through these pointers.
   thread_local GrowBuf<uint16_t> k16_buf;
   thread_local GrowBuf<uint32_t> vp_buf;
-  uint16_t* const k16 = k16_buf.get(slots * kvstride);
+  thread_local GrowBuf<uint16_t> vt_buf;
+  // AMX's S tiles read up to 15 slots past a block's last key: a last head's may pass the end.
+  uint16_t* const k16 = k16_buf.get((slots + 16) * kvstride);
   uint32_t* const vp = vp_buf.get(pb.Hkv * np * D);
-  const PackedKv kv{k16, slots, vp, np, shift};
+  const bool amx = uses_amx(pb);
+  const int64_t sp = (slots + 15) / 16 * 16;
+  uint16_t* const vt = amx ? vt_buf.get(pb.Hkv * D * sp) : nullptr;
+  const PackedKv kv{k16, slots, vp, np, shift, vt, sp};
   // Only the slots of keys some query sees (from an even slot) are filled: the blocks read no
   // other.
   KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
@@ -511,6 +685,13 @@ void run_kernel(const Problem& pb) {
           to_bf16(pb.k + (j - shift) * kvstride + g * D, D, dst);
       }
     pack_v_pairs(pb.v, pb.nk, shift, pb.Hkv, D, used.lo / 2, (used.hi + 1) / 2, vp);
+#if SLOPE_AMX
+    const cpu::TileConfig tiles;
+    if (amx) {
+      pack_v_transposed(pb.v, pb.nk, shift, pb.Hkv, D, used.lo, used.hi, sp, vt);
+      _tile_loadconfig(&tiles);
+    }
+#endif
 
     Scratch s(D);
     const int64_t ahead = omp_get_num_threads();
@@ -537,6 +718,9 @@ void run_kernel(const Problem& pb) {
       else
         attend_block<kMaxQueryVectors>(pb, kv, h, i0, s);
     }
+#if SLOPE_AMX
+    if (amx) _tile_release();
+#endif
   }
 }
 
@@ -572,6 +756,16 @@ bool run_bf16(const Problem& pb) {
 }
 
 }  // namespace attention_detail
+
+bool amx_attention_supported() { return bf16_attention_supported() && cpu::amx_usable(); }
+
+void set_amx_attention(bool on) {
+#if SLOPE_ATTENTION_BF16
+  attention_detail::g_amx.store(on);
+#else
+  (void)on;
+#endif
+}
 
 bool bf16_attention_supported() {
 #if SLOPE_ATTENTION_BF16

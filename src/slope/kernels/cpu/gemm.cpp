@@ -25,10 +25,17 @@
 // its last bits with the row count, within the f32 accumulation bound. The second call costs one
 // more pass over the packed weights, which the first has just brought into cache.
 //
+// On AMX (bf16 matmul on the tile unit) the quantum is kAmxRowQuantum = 64: oneDNN 2.6's AMX
+// matmul runs many row counts that are not a multiple of 64 an order of magnitude slower (M x
+// 1024 x 2048, 2 threads, a Sapphire Rapids VM: 760-890 GFLOP/s at M = 1024, 960, 896, 576 and
+// at 8 to 63 rows, but 62 at M = 976, 59 at 848, 117 at 992, 125 at 464), and a MoE's expert
+// row counts are anything.
+//
 // BF16 Linears run oneDNN's bf16 matmul where this CPU has one, and otherwise the same numbers on
 // the f32 matmul (Bf16Matmul in gemm.h): weights widened once from bf16 at load, rows rounded to
 // bf16 and widened in the pass that would have converted them.
 #include "slope/kernels/gemm.h"
+#include "slope/kernels/cpu/amx.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -78,6 +85,7 @@ struct ThreadBuffer {
 constexpr int64_t kPackM = 512;
 // Row counts are split into a multiple of this and the rest (see the top of the file).
 constexpr int64_t kRowQuantum = 16;
+constexpr int64_t kAmxRowQuantum = 64;
 
 std::atomic<int64_t> g_primitives_built{0};
 std::atomic<Bf16Matmul> g_bf16_matmul{Bf16Matmul::Auto};
@@ -348,8 +356,10 @@ void Linear::forward_bf16(const uint16_t* x, int64_t M, float* y, bool accumulat
 }
 
 void Linear::run(const void* src, int64_t M, float* y, bool accumulate) const {
-  const int64_t rest = M % kRowQuantum;
-  if (M > kRowQuantum && rest != 0) {
+  static const bool amx = cpu::amx_usable();
+  const int64_t quantum = amx && impl_->compute_dt() == dt::bf16 ? kAmxRowQuantum : kRowQuantum;
+  const int64_t rest = M % quantum;
+  if (M > quantum && rest != 0) {
     const int64_t head = M - rest;
     const size_t elem = impl_->compute_dt() == dt::bf16 ? sizeof(uint16_t) : sizeof(float);
     run_rows(src, head, y, accumulate);
