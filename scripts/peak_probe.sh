@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Prints {"fp32": GFLOP/s, "bf16": GFLOP/s} (and "bf16_on": "fp32 FMA" where the CPU has no
-# bf16 dot instruction, so that bf16 runs at the fp32 figure; and "bf16_amx" where the CPU has
-# AMX and the kernel grants it: oneDNN's bf16 matmul and the AMX attention run there) measured now with THREADS threads (bench_peak), so
-# a benchmark can be compared with the machine's peak in the same run: the shared machines'
-# throughput moves by 2x within minutes.
+# Prints {"fp32": GFLOP/s, "bf16": GFLOP/s} measured now with THREADS threads (bench_peak), so a
+# benchmark can be compared with the machine's peak in the same run: the shared machines'
+# throughput moves by 2x within minutes. Also "bf16_on": "fp32 FMA" where the CPU has no bf16
+# dot instruction (bf16 then runs at the fp32 figure), and "bf16_amx" where the CPU has AMX and
+# the kernel grants it (oneDNN's bf16 matmul and the AMX attention run there).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 t="${THREADS:-2}"

@@ -259,6 +259,9 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
   }
 }
 
+// BF16 Linears run oneDNN's bf16 matmul on AMX tiles here (with the Bf16Matmul now chosen).
+bool amx_bf16_matmul() { return bf16_matmul() == Bf16Matmul::Native && cpu::amx_usable(); }
+
 // A row's result does not depend on how many rows share its call: rows of one call over M rows
 // equal, bit for bit, the same rows computed one per call (oneDNN reduces each row over K in the
 // same order whatever M is). The engine relies on it twice: Linear splits row counts into a
@@ -280,9 +283,7 @@ TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
     for (Bf16Matmul mm : kBf16Matmuls)
       for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
         const UseBf16Matmul use(mm);
-        const bool kExactRows = kAvx512 && !(ct == ComputeType::BF16 &&
-                                             bf16_matmul() == Bf16Matmul::Native &&
-                                             cpu::amx_usable());
+        const bool kExactRows = kAvx512 && !(ct == ComputeType::BF16 && amx_bf16_matmul());
         const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
         for (int64_t M : {15, 16, 17, 47, 100}) {
           const auto x = random_floats(M * K, uint32_t(60 + M));
@@ -324,8 +325,7 @@ TEST(Linear, RowCountsShareFewPrimitives) {
   const int64_t before = gemm_primitives_built();
   for (bool acc : {false, true})
     for (int64_t M = 161; M <= 208; ++M) lin.forward(x.data(), M, y.data(), acc);
-  const bool amx = bf16_matmul() == Bf16Matmul::Native && cpu::amx_usable();
-  const int64_t distinct = amx ? 2 + 16 + 31 : 3 + 15;  // row counts each call set builds
+  const int64_t distinct = amx_bf16_matmul() ? 2 + 16 + 31 : 3 + 15;  // row counts each call set builds
   EXPECT_LE(gemm_primitives_built() - before, 2 * (distinct + 1));
   EXPECT_GE(gemm_primitives_built() - before, 2 * distinct);
 }

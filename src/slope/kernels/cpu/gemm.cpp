@@ -356,8 +356,8 @@ void Linear::forward_bf16(const uint16_t* x, int64_t M, float* y, bool accumulat
 }
 
 void Linear::run(const void* src, int64_t M, float* y, bool accumulate) const {
-  static const bool amx = cpu::amx_usable();
-  const int64_t quantum = amx && impl_->compute_dt() == dt::bf16 ? kAmxRowQuantum : kRowQuantum;
+  const int64_t quantum =
+      impl_->compute_dt() == dt::bf16 && cpu::amx_usable() ? kAmxRowQuantum : kRowQuantum;
   const int64_t rest = M % quantum;
   if (M > quantum && rest != 0) {
     const int64_t head = M - rest;
