@@ -1,5 +1,6 @@
 #include "slope/core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -24,7 +25,17 @@ Tensor::Tensor(Shape shape, DType dtype) : shape_(std::move(shape)), dtype_(dtyp
   size_t bytes = (nbytes() + 63) / 64 * 64;
   void* p = std::aligned_alloc(64, bytes ? bytes : 64);
   SLOPE_CHECK(p, "out of memory allocating ", bytes, " bytes for a tensor of shape ", shape_str(shape_));
-  std::memset(p, 0, bytes);
+  // Zeroing is the first touch of fresh pages: the page faults (the kernel clears each page)
+  // cost more than the stores. Large tensors (a prefill's KV cache, its layer buffers) are
+  // zeroed by all threads, so the faults are taken on every core and not on one while the others
+  // wait.
+  constexpr size_t kPart = size_t{1} << 20;
+  const int64_t parts = static_cast<int64_t>((bytes + kPart - 1) / kPart);
+#pragma omp parallel for schedule(static) if (parts >= 4)
+  for (int64_t i = 0; i < parts; ++i) {
+    const size_t b = static_cast<size_t>(i) * kPart;
+    std::memset(static_cast<char*>(p) + b, 0, std::min(kPart, bytes - b));
+  }
   storage_ = std::shared_ptr<void>(p, std::free);
   data_ = p;
 }

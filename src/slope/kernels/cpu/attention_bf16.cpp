@@ -90,25 +90,10 @@ constexpr int kBk = 64;
 static_assert(kBk == kAttentionBlockK && kBk % 2 == 0, "attention.h states the tiles");
 static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
 
-// The 32 floats x = (a, b) in bf16, rounded to nearest even with denormals kept, a NaN staying a
-// (quiet) NaN; 32-bit lane i holds the pair (x[2i], x[2i+1]), low half the even one.
-inline __m512i bf16_pairs(__m512 a, __m512 b) {
-  auto round = [](__m512 x) {
-    const __m512i u = _mm512_castps_si512(x);
-    const __m512i one = _mm512_set1_epi32(1);
-    const __m512i r = _mm512_add_epi32(
-        u, _mm512_add_epi32(_mm512_set1_epi32(0x7fff),
-                            _mm512_and_si512(_mm512_srli_epi32(u, 16), one)));
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(
-        _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
-    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x00400000)));
-  };
-  // The high halves: words 1, 3, .., 31 of a, then of b.
-  const __m512i odd = _mm512_set_epi16(63, 61, 59, 57, 55, 53, 51, 49, 47, 45, 43, 41, 39, 37, 35,
-                                       33, 31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3,
-                                       1);
-  return _mm512_permutex2var_epi16(round(a), odd, round(b));
-}
+// The 32 floats x = (a, b) in bf16, rounded to nearest even, a NaN staying a (quiet) NaN;
+// 32-bit lane i holds the pair (x[2i], x[2i+1]), low half the even one. vcvtne2ps2bf16 reads a
+// denormal as 0, as vdpbf16ps and tdpbf16ps would read it anyway.
+inline __m512i bf16_pairs(__m512 a, __m512 b) { return (__m512i)_mm512_cvtne2ps_pbh(b, a); }
 
 // dst[i] = bf16(src[i]) for i < n.
 void to_bf16(const float* src, int64_t n, uint16_t* dst) {
