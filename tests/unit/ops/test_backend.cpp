@@ -9,6 +9,8 @@
 #include <random>
 #include <string>
 
+#include <omp.h>
+
 #include "slope/core/error.h"
 #include "slope/core/half.h"
 #include "slope/kernels/moe.h"
@@ -95,10 +97,18 @@ TEST(CpuBackend, MoeExpertsFusedEqualsComposedAndReference) {
     const ops::ExpertRouting g = ops::cpu().route_experts(logits.data(), n, E, k);
     ASSERT_EQ(g.offsets[E] - g.offsets[E - 1], 0);
     std::vector<float> fused = h0, composed = h0;
-    ops::cpu().moe_experts(gate_up, down, g, x.data(), H, I, alpha, limit, fused.data());
     ops::cpu().Backend::moe_experts(gate_up, down, g, x.data(), H, I, alpha, limit, composed.data());
     const bool bf16 = ct == kernels::ComputeType::BF16;
-    for (int64_t i = 0; i < n * H; ++i) ASSERT_EQ(fused[i], composed[i]) << "bf16=" << bf16 << " i=" << i;
+    // 4 routed experts: 2 threads take whole experts each, 1 and 3 split every step.
+    const int saved_threads = omp_get_max_threads();
+    for (int threads : {1, 2, 3}) {
+      omp_set_num_threads(threads);
+      fused = h0;
+      ops::cpu().moe_experts(gate_up, down, g, x.data(), H, I, alpha, limit, fused.data());
+      for (int64_t i = 0; i < n * H; ++i)
+        ASSERT_EQ(fused[i], composed[i]) << "bf16=" << bf16 << " threads=" << threads << " i=" << i;
+    }
+    omp_set_num_threads(saved_threads);
 
     std::vector<double> ref(h0.begin(), h0.end()), mag(size_t(n * H), 0.0);
     for (int64_t r = 0; r < n * k; ++r) {

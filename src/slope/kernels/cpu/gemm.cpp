@@ -100,7 +100,10 @@ struct PrimKey {
   int64_t M, N, K;
   int dtype;  // the matmul's source and weight type (dnnl::memory::data_type)
   bool bias, accumulate;
-  auto tie() const { return std::tie(M, N, K, dtype, bias, accumulate); }
+  // The threads the primitive is built for and must run on (oneDNN splits the work at creation):
+  // omp_get_max_threads() of the calling thread, 1 where a caller runs one GEMM per thread.
+  int threads;
+  auto tie() const { return std::tie(M, N, K, dtype, bias, accumulate, threads); }
   bool operator<(const PrimKey& o) const { return tie() < o.tie(); }
 };
 
@@ -231,7 +234,7 @@ struct Linear::Impl {
   }
 
   std::shared_ptr<const Prim> get(int64_t M, bool accumulate) const {
-    const PrimKey key{M, N, K, int(compute_dt()), has_bias, accumulate};
+    const PrimKey key{M, N, K, int(compute_dt()), has_bias, accumulate, omp_get_max_threads()};
     return prim_cache().get(key, packed_md, [&] {
       g_primitives_built.fetch_add(1, std::memory_order_relaxed);
       auto pd = make_pd(M, accumulate, packed_md);

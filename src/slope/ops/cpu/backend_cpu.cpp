@@ -2,7 +2,10 @@
 // theirs), on host memory.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 #include <vector>
+
+#include <omp.h>
 
 #include "slope/core/error.h"
 #include "slope/core/finite.h"
@@ -124,6 +127,10 @@ class CpuBackend final : public Backend {
   // copy and conversion pass), into per-thread buffers that persist across calls. Each expert's
   // down GEMM writes its rows of one [n·k, H] buffer, and one combine_rows pass over the tokens
   // adds them to h (the per-expert scatter-adds' sums, bit for bit, with one pass over h).
+  // With at least two routed experts per thread, each thread takes whole experts (the largest
+  // first) and runs their four steps alone: one barrier per call instead of one per step of
+  // every expert, where each step's threads wait for the slowest. Fewer experts split each
+  // step across the threads.
   void moe_experts(const std::vector<Linear>& gate_up, const std::vector<Linear>& down, const ExpertRouting& g,
                    const float* x, int64_t H, int64_t I, float alpha, float limit, float* h) const override {
     const int64_t E = int64_t(g.offsets.size()) - 1;
@@ -136,21 +143,49 @@ class CpuBackend final : public Backend {
     if (!bf16) return Backend::moe_experts(gate_up, down, g, x, H, I, alpha, limit, h);
     const int64_t* token = g.token.data<int64_t>();
     const float* weight = g.weight.data<float>();
-    const int64_t max_rows = g.max_rows();
-    thread_local std::vector<uint16_t> xin_buf, act_buf;
-    thread_local std::vector<float> gu_buf, y_buf;
-    uint16_t* xin = thread_scratch(xin_buf, max_rows * H);
-    uint16_t* act = thread_scratch(act_buf, max_rows * I);
-    float* gu = thread_scratch(gu_buf, max_rows * 2 * I);
     const int64_t total = g.offsets[E];
+    thread_local std::vector<float> y_buf;
     float* y = thread_scratch(y_buf, total * H);
-    for (int64_t e = 0; e < E; ++e) {
+    // Expert e's rows of y: gather, gate_up, SwiGLU, down, on this thread's buffers.
+    auto run_expert = [&](int64_t e) {
       const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
-      if (rows == 0) continue;
+      thread_local std::vector<uint16_t> xin_buf, act_buf;
+      thread_local std::vector<float> gu_buf;
+      uint16_t* xin = thread_scratch(xin_buf, rows * H);
+      uint16_t* act = thread_scratch(act_buf, rows * I);
+      float* gu = thread_scratch(gu_buf, rows * 2 * I);
       kernels::gather_rows_bf16(x, token + r0, rows, H, xin);
       cpu_kernel(gate_up[e]).forward_bf16(xin, rows, gu);
       kernels::swiglu_oai_bf16(gu, rows, I, alpha, limit, act);
       cpu_kernel(down[e]).forward_bf16(act, rows, y + r0 * H);
+    };
+    std::vector<int64_t> routed;
+    for (int64_t e = 0; e < E; ++e)
+      if (g.offsets[e + 1] > g.offsets[e]) routed.push_back(e);
+    const int threads = omp_get_max_threads();
+    if (threads > 1 && int64_t(routed.size()) >= 2 * threads) {
+      std::stable_sort(routed.begin(), routed.end(), [&](int64_t a, int64_t b) {
+        return g.offsets[a + 1] - g.offsets[a] > g.offsets[b + 1] - g.offsets[b];
+      });
+      std::exception_ptr failed;  // an error leaves the region as an exception on this thread
+#pragma omp parallel num_threads(threads)
+      {
+        // This thread's GEMMs and loops run on it alone (the GEMM primitives are built for one
+        // thread: gemm.cpp's PrimKey); the setting ends with the region.
+        omp_set_num_threads(1);
+#pragma omp for schedule(dynamic, 1)
+        for (size_t i = 0; i < routed.size(); ++i) {
+          try {
+            run_expert(routed[i]);
+          } catch (...) {
+#pragma omp critical(slope_moe_failed)
+            if (!failed) failed = std::current_exception();
+          }
+        }
+      }
+      if (failed) std::rethrow_exception(failed);
+    } else {
+      for (int64_t e : routed) run_expert(e);
     }
     kernels::combine_rows(y, token, weight, total, H, h);
   }
