@@ -9,9 +9,9 @@
 // fixed shapes. A runtime M (DNNL_RUNTIME_DIM_VAL) is no answer: oneDNN 2.6 then drops to its
 // gemm:jit implementation with plain weights, losing the prepacking (measured 10-45% slower,
 // docs/performance.md). So the packed weight layout is fixed at construction (from a
-// representative M) and one primitive per (shape, M, accumulate) is built on first use (about
-// 0.2-0.6 ms) and cached process-wide under a mutex, asked for exactly that packed layout so the
-// weights are never re-packed. The cache is shared by all Linears of one shape, so the experts
+// representative M) and one primitive per (shape, M, accumulate, threads) is built on first use
+// (about 0.2-0.6 ms) and cached process-wide under a mutex, asked for exactly that packed layout
+// so the weights are never re-packed. The cache is shared by all Linears of one shape, so the experts
 // of a MoE layer, whose row counts differ per call, build each M once between them.
 //
 // Row counts past kRowQuantum that are not a multiple of it run as two calls, the rows down to a
