@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <malloc.h>
 #include <limits>
 #include <random>
 
@@ -70,3 +71,26 @@ TEST(Core, TensorAllocConvertReshape) {
 }
 
 }  // namespace
+
+// Large tensors are zeroed in parts by all threads (tensor.cpp): every byte is 0 even where the
+// storage reuses memory a previous tensor dirtied. Allocations stay on the heap (no fresh mmap
+// pages, which would read 0 without any zeroing) so that the second tensor gets the first's bytes.
+TEST(Core, LargeTensorIsZeroedOnReusedMemory) {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest setting
+  mallopt(M_TRIM_THRESHOLD, 512 << 20);
+  const slope::Shape shape{5 * 1024 * 1024 + 3};  // past 4 MiB of parts, with a partial last part
+  // Dirty a tensor's storage, free it, allocate again, until the allocator hands the same bytes
+  // back (where other allocations sit beside it, it may place the next one elsewhere).
+  const void* dirtied = nullptr;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    slope::Tensor t(shape, slope::DType::U8);
+    if (t.raw() == dirtied) {
+      const auto* b = static_cast<const unsigned char*>(t.raw());
+      for (size_t i = 0; i < t.nbytes(); ++i) ASSERT_EQ(b[i], 0) << "byte " << i;
+      return;
+    }
+    std::memset(t.raw(), 0xab, t.nbytes());
+    dirtied = t.raw();
+  }
+  GTEST_SKIP() << "the allocator never reused a freed tensor's storage";
+}

@@ -100,7 +100,10 @@ TEST(CpuBackend, MoeExpertsFusedEqualsComposedAndReference) {
     ops::cpu().Backend::moe_experts(gate_up, down, g, x.data(), H, I, alpha, limit, composed.data());
     const bool bf16 = ct == kernels::ComputeType::BF16;
     // 4 routed experts: 2 threads take whole experts each, 1 and 3 split every step.
-    const int saved_threads = omp_get_max_threads();
+    struct RestoreThreads {
+      int n = omp_get_max_threads();
+      ~RestoreThreads() { omp_set_num_threads(n); }
+    } restore;  // also when an assertion below returns early
     for (int threads : {1, 2, 3}) {
       omp_set_num_threads(threads);
       fused = h0;
@@ -108,7 +111,6 @@ TEST(CpuBackend, MoeExpertsFusedEqualsComposedAndReference) {
       for (int64_t i = 0; i < n * H; ++i)
         ASSERT_EQ(fused[i], composed[i]) << "bf16=" << bf16 << " threads=" << threads << " i=" << i;
     }
-    omp_set_num_threads(saved_threads);
 
     std::vector<double> ref(h0.begin(), h0.end()), mag(size_t(n * H), 0.0);
     for (int64_t r = 0; r < n * k; ++r) {
