@@ -35,7 +35,11 @@ double process_cpu_seconds() {
 }
 
 // args: tokens, q heads, kv heads, head_dim, window (0 = full causal)
+// compute = BF16 is the bf16 kernel wherever the CPU has it, whichever units bf16 mode chose here
+// (kernels/bf16_units.h; on the f32 units bf16 mode runs what compute = F32 measures).
 void self_attention(benchmark::State& state, slope::kernels::ComputeType compute, bool causal = true) {
+  slope::kernels::set_bf16_units(compute == slope::kernels::ComputeType::BF16 ? slope::kernels::Bf16Units::Bf16
+                                                                              : slope::kernels::Bf16Units::Auto);
   const int64_t n = state.range(0);
   const AttentionShape shape{state.range(1), state.range(2), state.range(3)};
   const AttentionMask mask{causal, causal ? state.range(4) : 0};

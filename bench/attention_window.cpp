@@ -56,6 +56,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: bench_attention_window [BEST_OF: a whole number >= 1, default 3]\n");
     return 2;
   }
+  // bf16: the bf16 kernel wherever the CPU has it, whichever units bf16 mode chose here.
+  slope::kernels::set_bf16_units(slope::kernels::Bf16Units::Bf16);
   for (ComputeType ct : {ComputeType::F32, ComputeType::BF16}) {
     const char* name = ct == ComputeType::F32 ? "f32 " : "bf16";
     const double causal = rate(16384, 16384, 0, ct, best_of);

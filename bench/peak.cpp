@@ -4,7 +4,7 @@
 // (vdpbf16ps, 64 FLOP per instruction). Zen 5 runs both at full 512-bit width (64 / 128
 // FLOP/cycle/core); Zen 4 at half that. AVX2 + FMA only (Zen 2 and 3): 12 ymm accumulators
 // (two FMA pipes of latency 4 to 5), 16 FLOP per instruction, and no bf16 probe: such a CPU has
-// no bf16 arithmetic, its bf16 Linears run on the FMA units (kernels/gemm.h, Bf16Matmul), and
+// no bf16 arithmetic, its bf16 Linears run on the FMA units (kernels/bf16_units.h), and
 // scripts/peak_probe.sh reports the fp32 figure for bf16. Where the CPU has AMX (Sapphire
 // Rapids and later) and the kernel grants it, a third probe runs tdpbf16ps on four independent
 // accumulator tiles (16384 FLOP per instruction): oneDNN's bf16 matmul and SLOPE's AMX attention

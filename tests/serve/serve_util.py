@@ -10,9 +10,9 @@ import time
 
 
 class Server:
-    def __init__(self, slope, model, instances, extra=(), name="tiny"):
+    def __init__(self, slope, model, instances, extra=(), name="tiny", dtype="f32"):
         self.log = tempfile.NamedTemporaryFile("w+", prefix="slope-serve-", suffix=".log", delete=False)
-        cmd = [slope, "serve", "--model", model, "--port", "0", "--dtype", "f32", "--threads-per-rank", "1",
+        cmd = [slope, "serve", "--model", model, "--port", "0", "--dtype", dtype, "--threads-per-rank", "1",
                "--served-model-name", name]
         for m in instances:
             cmd += ["--instance", m]

@@ -211,8 +211,8 @@ int cmd_calibrate(int argc, char** argv) {
     const double bf16 = gemm_gflops(kernels::ComputeType::BF16, 2048, 2048, 2048, reps);
     const double attn = causal_attention_gflops({8, 2, 64}, kAttentionCalibratedTokens, std::max(1, reps / 2),
                                                 kernels::ComputeType::F32);
-    // The bf16 kernel where this CPU runs it (else compute = BF16 is the f32 kernel: no entry).
-    const bool bf16_attn = kernels::bf16_attention_supported();
+    // The bf16 kernel where the engine runs it (else compute = BF16 is the f32 kernel: no entry).
+    const bool bf16_attn = engine_attention_dtype("bf16") == "bf16";
     const double attn_bf16 = bf16_attn ? causal_attention_gflops({8, 2, 64}, kAttentionCalibratedTokens,
                                                                  std::max(1, reps / 2), kernels::ComputeType::BF16)
                                        : 0.0;

@@ -166,7 +166,10 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
 }
 
 std::string engine_attention_dtype(const std::string& compute_dtype) {
-  return compute_dtype == "bf16" && kernels::bf16_attention_supported() ? "bf16" : "fp32";
+  return compute_dtype == "bf16" && kernels::bf16_attention_supported() &&
+                 kernels::bf16_units() == kernels::Bf16Units::Bf16
+             ? "bf16"
+             : "fp32";
 }
 
 kernels::ComputeType attention_compute(const std::string& attention_dtype) {

@@ -44,8 +44,8 @@ double causal_attention_gflops(const kernels::AttentionShape& shape, int64_t n, 
                                int64_t rows = 0);
 
 // The profile's name for the attention the engine runs with GEMMs in `compute_dtype` ("fp32" or
-// "bf16"): bf16 where the bf16 kernel runs on this CPU (kernels::bf16_attention_supported), else
-// fp32. And its compute type.
+// "bf16"): bf16 where the bf16 kernel runs on this CPU (kernels::bf16_attention_supported) and
+// bf16 mode runs on the bf16 units (kernels::bf16_units), else fp32. And its compute type.
 std::string engine_attention_dtype(const std::string& compute_dtype);
 kernels::ComputeType attention_compute(const std::string& attention_dtype);
 

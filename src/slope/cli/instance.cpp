@@ -29,7 +29,7 @@ namespace {
 using nlohmann::json;
 
 struct InstanceArgs {
-  std::string model_dir, mesh = "ring=1", socket, dtype = kDefaultComputeDtype;
+  std::string model_dir, mesh = "ring=1", socket, dtype = kDefaultComputeDtype, bf16_units = "auto";
   int threads = 0;
   double timeout = parallel::kDefaultTimeoutSeconds;
   int64_t max_memory = 0;
@@ -136,6 +136,8 @@ int cmd_instance(int argc, char** argv) {
   app.add_option("--mesh", a.mesh, "the mesh: \"pp=1,ring=2,ulysses=1,tp=1\"");
   app.add_option("--socket", a.socket, "the front's unix socket")->required();
   app.add_option("--dtype", a.dtype, "compute type: bf16 or f32");
+  app.add_option("--bf16-units", a.bf16_units, "where bf16's products run: auto, bf16 or f32 (slope run --bf16-units)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}));
   app.add_option("--threads", a.threads, "OpenMP threads per rank (0: the node's cores shared by its ranks)");
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
   app.add_option("--max-memory", a.max_memory, "bytes a rank may need (predicted); 0: no limit");
@@ -155,6 +157,7 @@ int cmd_instance(int argc, char** argv) {
     ec.model_dir = a.model_dir;
     ec.mesh = serve::parse_mesh_spec(a.mesh);
     ec.compute = parse_compute_dtype(a.dtype);
+    ec.bf16_units = kernels::parse_bf16_units(a.bf16_units);
     ec.timeout_s = a.timeout;
     ec.max_memory = a.max_memory;
     ec.gemm_chunk = a.chunk;

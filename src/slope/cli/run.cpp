@@ -56,6 +56,7 @@ struct RunArgs {
   int batch = 1;
   uint64_t seed = 0;
   std::string dtype = kDefaultComputeDtype;
+  std::string bf16_units = "auto";  // --bf16-units auto|bf16|f32
   std::string device = "cpu";  // --device cpu|cuda
   int threads = 0;
   int64_t chunk = 1024;
@@ -188,6 +189,7 @@ void check_memory(const RunArgs& a, const model::ModelConfig& cfg, const engine:
 // memory. Throws slope::Error; communicates with no other rank.
 struct RunPlan {
   kernels::ComputeType compute = kernels::ComputeType::BF16;
+  kernels::Bf16Units bf16_units = kernels::Bf16Units::Auto;  // as asked (the engine resolves Auto)
   model::ModelConfig cfg;
   std::vector<std::vector<int32_t>> prompts;
   engine::ParallelShape shape;
@@ -269,6 +271,7 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   SLOPE_CHECK(!a.kv_serve || (a.batch == 1 && a.tokens_files.size() <= 1), "--kv-serve serves the KV of one prompt; ",
               "give one prompt");
   p.compute = parse_compute_dtype(a.dtype);
+  p.bf16_units = kernels::parse_bf16_units(a.bf16_units);
 
   p.cfg = model::load_config(a.model_dir);
   SLOPE_CHECK(a.top_k <= p.cfg.vocab_size, "--top-k ", a.top_k, " exceeds the vocabulary (", p.cfg.vocab_size, " tokens)");
@@ -296,7 +299,8 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   p.mq.batch = int(p.prompts.size());
   p.mq.pp_chunk = p.pp_chunk;
   p.mq.gemm_chunk = a.chunk;
-  p.mq.bf16 = p.compute == kernels::ComputeType::BF16;
+  kernels::set_bf16_units(p.bf16_units);  // a dry run predicts the units this machine would run
+  p.mq.bf16_weights = p.compute == kernels::ComputeType::BF16 && kernels::bf16_units() == kernels::Bf16Units::Bf16;
   check_memory(a, p.cfg, p.mq, p.shape.size(), a.dry_run && rank == 0);
   if (a.dry_run) return p;
   // Output paths are checked before any work (a device, FIFO or directory is refused).
@@ -350,6 +354,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   ec.model_dir = a.model_dir;
   ec.mesh = shape;
   ec.compute = compute;
+  ec.bf16_units = plan.bf16_units;
   ec.gemm_chunk = a.chunk;
   ec.mesh.pp_chunk = pp_chunk;
   ec.timeout_s = a.timeout;
@@ -498,6 +503,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
     j["gflops_per_s"] = flops / ttft / 1e9;
     j["tokens_per_s"] = double(total_tokens) / ttft;
     j["dtype"] = a.dtype;
+    if (compute == kernels::ComputeType::BF16) j["bf16_units"] = kernels::bf16_units_name(eng->bf16_units());
     j["threads_per_rank"] = num_threads();
     j["ranks"] = W;
     j["mesh"] = {{"pp", a.pp}, {"ring", a.ring}, {"ulysses", a.ulysses}, {"tp", a.tp}, {"pp_chunk", pp_chunk}};
@@ -518,6 +524,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   } else {
     std::cout << "model        " << a.model_dir << " (" << cfg.architecture << ", " << cfg.num_layers
               << " layers, " << a.dtype << ")\n"
+              << (compute == kernels::ComputeType::BF16 ? str_cat("bf16 on      ", kernels::describe_bf16_units(), "\n") : "")
               << "mesh         " << W << " rank(s): " << shape.str() << (a.pp > 1 ? str_cat(", pipeline chunk ", pp_chunk) : "")
               << ", " << num_threads() << " thread(s) per rank\n";
     auto print_logprobs = [](const engine::PrefillResult& res) {
@@ -591,6 +598,10 @@ int cmd_run(int argc, char** argv) {
   app.add_option("--seed", a.seed, "seed for --random-tokens");
   app.add_option("--batch", a.batch, "with --random-tokens: this many prompts (pipelined as micro-batches)");
   app.add_option("--dtype", a.dtype, "compute type: bf16 (bf16 weights and activations, f32 accumulation) or f32");
+  app.add_option("--bf16-units", a.bf16_units,
+                 "where bf16's products run: bf16 (the CPU's bf16 instructions), f32 (the FMA units, f32 copies of "
+                 "the weights: twice their memory, the same numbers), or auto (the faster here)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}));
   app.add_option("--device", a.device, "where the prefill runs: cpu, or cuda (a build with -DSLOPE_CUDA=ON; one GPU per rank)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", a.threads, "OpenMP threads per rank (0: the node's cores shared by its ranks)");

@@ -66,6 +66,9 @@ int cmd_serve(int argc, char** argv) {
   app.add_option("--drain-s", o.drain_s, "on SIGTERM, wait at most this long for requests in flight");
   app.add_option("--threads-per-rank", o.launch.threads_per_rank, "OpenMP threads per rank (0: the node's cores shared by its ranks)");
   app.add_option("--dtype", o.launch.dtype, "compute type: bf16 or f32");
+  app.add_option("--bf16-units", o.launch.bf16_units,
+                 "where bf16's products run in the instances: bf16, f32 (twice the weight memory) or auto (slope run --bf16-units)")
+      ->check(CLI::IsMember({"auto", "bf16", "f32"}));
   app.add_option("--timeout", o.launch.timeout_s, "seconds an instance's rank waits for a peer before the instance fails");
   app.add_option("--max-memory", o.launch.max_memory, "bytes a rank may need (predicted); longer prompts are refused (0: no limit)");
   app.add_option("--start-timeout", o.launch.start_timeout_s, "seconds an instance may take to load the model");

@@ -29,6 +29,13 @@ std::string gb(int64_t bytes) { return str_cat(double(bytes) / 1e9, " GB"); }
 
 PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator& world)
     : config_(config), world_(world) {
+  // The units of BF16's products, before any weight is packed for them: rank 0's choice on
+  // every rank, so that no rank measures its way to other numbers than the rest.
+  kernels::set_bf16_units(config.bf16_units);
+  int64_t units = int64_t(kernels::bf16_units());
+  if (world.size() > 1) world.broadcast(&units, 1, 0);
+  bf16_units_ = kernels::Bf16Units(units);
+  if (bf16_units_ != kernels::bf16_units()) kernels::set_bf16_units(bf16_units_);
   // First what may fail on some ranks only (checks, this rank's weights), with no communication;
   // then agreement, so that either every rank goes on to build the mesh or every rank throws
   // the same error (the lowest failing rank's).
@@ -98,7 +105,7 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   q.batch = int(r.prompts.size());
   q.pp_chunk = pipeline_chunk(r);
   q.gemm_chunk = config_.gemm_chunk;
-  q.bf16 = config_.compute == kernels::ComputeType::BF16;
+  q.bf16_weights = bf16_weights();
   int64_t worst = 0;
   for (const RankMemory& m : estimate_memory(cfg, q)) worst = std::max(worst, m.total());
   SLOPE_CHECK(worst <= config_.max_memory, "this request needs ", gb(worst), " on the mesh's largest rank, more than ",
@@ -194,7 +201,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   mq.batch = int(prompts.size());
   mq.pp_chunk = out.pp_chunk;
   mq.gemm_chunk = config_.gemm_chunk;
-  mq.bf16 = config_.compute == kernels::ComputeType::BF16;
+  mq.bf16_weights = bf16_weights();
   mine.activation_bytes = estimate_memory(cfg, mq).at(size_t(world_.rank())).activations;
   out.reports = gather_reports(mine, world_);
   if (!request.kv_id.empty()) keep_kv(request.kv_id, out);

@@ -38,6 +38,9 @@ struct EngineConfig {
   std::string model_dir;
   ParallelShape mesh;                                      // pp x ring x ulysses x tp ranks, pipeline chunk
   kernels::ComputeType compute = kernels::ComputeType::BF16;
+  // Where BF16's products run (kernels/bf16_units.h); Auto: the faster here. Every rank runs
+  // rank 0's resolved choice. Process-wide: it is set before this engine loads its weights.
+  kernels::Bf16Units bf16_units = kernels::Bf16Units::Auto;
   int threads = 0;                                         // OpenMP threads per rank; 0: leave as set
   int64_t gemm_chunk = 1024;                               // rows per chunk of the token-local work
   double timeout_s = 300;                                  // a rank waits this long for a peer
@@ -103,6 +106,13 @@ class PrefillEngine {
   const Topology& topology() const { return *topo_; }
   int rank() const { return world_.rank(); }
   bool broken() const { return !broken_.empty(); }  // an error in the mesh: restart the instance
+  // The units BF16's products run on in this engine (Bf16 or F32, never Auto).
+  kernels::Bf16Units bf16_units() const { return bf16_units_; }
+  // The Linear weights are packed in bf16 (compute BF16 on the bf16 units): what the memory
+  // prediction counts.
+  bool bf16_weights() const {
+    return config_.compute == kernels::ComputeType::BF16 && bf16_units_ == kernels::Bf16Units::Bf16;
+  }
 
   // Throws slope::Error for a request this engine cannot run; communicates with no one.
   void validate(const PrefillRequest& request) const;
@@ -148,6 +158,7 @@ class PrefillEngine {
   model::LayerBuffers buffers_;                       // per-layer buffers kept across prefills
   std::vector<int> stage_bounds_;
   std::string broken_;                                // why the engine is unusable, if it is
+  kernels::Bf16Units bf16_units_ = kernels::Bf16Units::F32;
   mutable std::mutex kept_mu_;                        // kept_ (read by the KV service's threads)
   std::map<std::string, std::shared_ptr<const KeptKv>> kept_;  // KV shards kept under a request's kv_id
 };

@@ -120,7 +120,7 @@ StagePlan Topology::stage_plan() const {
 std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const MemoryQuery& q) {
   const ParallelShape& s = q.shape;
   const std::vector<int> bounds = balance_stages(c, s.pp, q.balance_tokens > 0 ? q.balance_tokens : q.num_tokens);
-  const int64_t wsz = q.bf16 ? 2 : 4;  // packed weight element
+  const int64_t wsz = q.bf16_weights ? 2 : 4;  // packed weight element
   const int64_t H = c.hidden_size, D = c.head_dim, V = c.vocab_size;
   std::vector<RankMemory> out;
   for (int rank = 0; rank < s.size(); ++rank) {

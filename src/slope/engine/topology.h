@@ -102,7 +102,9 @@ struct MemoryQuery {
   int batch = 1;
   int64_t pp_chunk = 0;  // tokens per pipeline chunk (0: whole prompt)
   int64_t gemm_chunk = 1024;
-  bool bf16 = false;
+  // Linear weights packed in bf16: a BF16 engine on the bf16 units. A BF16 engine on the f32
+  // units (kernels/bf16_units.h) holds f32 copies, as an F32 one does.
+  bool bf16_weights = false;
   DType checkpoint_dtype = DType::BF16;  // of the embedding (kept mmap'd in that dtype)
 };
 std::vector<RankMemory> estimate_memory(const model::ModelConfig& cfg, const MemoryQuery& q);

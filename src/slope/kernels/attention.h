@@ -53,9 +53,10 @@ struct AttentionArgs {
   float scale = 1.f;
   // F32: f32 products. BF16: q, k and v rounded to bf16 (round to nearest even), QKᵀ and PV on
   // bf16 products with f32 accumulation, the softmax, its running max and sum, and the LSE in
-  // f32 (the probabilities are rounded to bf16 for PV). Where the CPU lacks AVX512-BF16, where
-  // head_dim is odd or scale is not a positive finite number, BF16 runs the f32 kernel (the
-  // first time, it says so in the log).
+  // f32 (the probabilities are rounded to bf16 for PV). On the f32 units (bf16_units(),
+  // kernels/bf16_units.h) BF16 runs the f32 kernel; so it does where the CPU lacks AVX512-BF16,
+  // where head_dim is odd or scale is not a positive finite number (the first time, it says so
+  // in the log).
   ComputeType compute = ComputeType::F32;
   // Optional [Hq] logits, one per query head. When given, each row's softmax denominator also
   // includes exp(sink[h]) once, `out` is final and `lse` includes the sink. nullptr for partial
@@ -70,8 +71,8 @@ struct AttentionArgs {
 // block) with OpenMP.
 void flash_attention(const AttentionArgs& args);
 
-// True when compute = BF16 runs the bf16 kernel on this CPU (built with AVX512-BF16 and the CPU
-// has it); false when it falls back to the f32 kernel.
+// True when the bf16 kernel can run on this CPU (built with AVX512-BF16 and the CPU has it);
+// compute = BF16 runs it where this is true and bf16_units() is Bf16.
 bool bf16_attention_supported();
 
 // True when the bf16 kernel runs QKᵀ and PV on AMX tiles on this CPU (AMX-BF16, granted by the

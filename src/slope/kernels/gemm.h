@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "slope/core/dtype.h"
+#include "slope/kernels/bf16_units.h"
 
 namespace slope::kernels {
 
@@ -51,20 +52,9 @@ class Linear {
   void run_rows(const void* src, int64_t M, float* y, bool accumulate) const;  // one oneDNN call
 };
 
-// How a BF16 Linear computes. Both give the bf16 numbers: a bf16 x bf16 product is exact in f32
-// and both sum in f32, so they differ only in the order of those sums.
-//   Native:   oneDNN's bf16 matmul on the packed bf16 weights (avx512_bf16, or oneDNN's own
-//             emulation on plain AVX-512).
-//   F32Units: f32 copies of the bf16 weights times the bf16-rounded rows on the f32 matmul, at
-//             twice the weight memory. oneDNN 2.6 has no bf16 matmul on a CPU without AVX-512
-//             (Zen 2/3, older Xeons), so there it is the only way.
-//   Auto:     Native where oneDNN has a bf16 matmul on this CPU, else F32Units.
-enum class Bf16Matmul { Auto, Native, F32Units };
-// For the BF16 Linears constructed afterwards (tests; Native where oneDNN has none is an error
-// at construction).
-void set_bf16_matmul(Bf16Matmul choice);
-// What a BF16 Linear constructed now uses: Native or F32Units, never Auto.
-Bf16Matmul bf16_matmul();
+// A BF16 Linear computes on the units bf16_units() names when it is constructed
+// (kernels/bf16_units.h): oneDNN's bf16 matmul on the packed bf16 weights, or f32 copies of them
+// on the f32 matmul.
 // Whether oneDNN has a bf16 matmul on this CPU.
 bool native_bf16_matmul_supported();
 

@@ -54,7 +54,8 @@ std::vector<std::string> InstanceProcess::command() const {
     argv.insert(argv.begin() + 1, "--allow-run-as-root");
   for (const std::string& a :
        {opt_.slope_binary, std::string("instance"), std::string("--model"), opt_.model_dir, std::string("--mesh"),
-        name(), std::string("--socket"), socket_path_, std::string("--dtype"), opt_.dtype, std::string("--threads"),
+        name(), std::string("--socket"), socket_path_, std::string("--dtype"), opt_.dtype, std::string("--bf16-units"),
+        opt_.bf16_units, std::string("--threads"),
         std::to_string(opt_.threads_per_rank), std::string("--timeout"), str_cat(opt_.timeout_s),
         std::string("--max-memory"), std::to_string(opt_.max_memory), std::string("--kv-host"), opt_.kv_host,
         std::string("--kv-port-base"), std::to_string(opt_.kv_port_base)})

@@ -21,6 +21,7 @@ struct LaunchOptions {
   // The command before `slope instance ...`; {np} is replaced by the instance's rank count.
   std::string launcher = "mpirun --oversubscribe --mca btl_vader_single_copy_mechanism none -np {np}";
   std::string model_dir, dtype = "bf16", socket_dir;
+  std::string bf16_units = "auto";  // the instances' --bf16-units (kernels/bf16_units.h)
   int threads_per_rank = 0;
   double timeout_s = 300;      // a rank waits this long for a peer (the instance's --timeout)
   double start_timeout_s = 600;  // loading the model

@@ -20,6 +20,7 @@
 #include "slope/core/error.h"
 #include "slope/core/sha256.h"
 #include "slope/core/sys.h"
+#include "slope/kernels/bf16_units.h"
 #include "slope/kvx/protocol.h"
 #include "slope/model/config.h"
 #include "slope/model/parallel_shape.h"
@@ -93,7 +94,7 @@ int64_t max_tokens_within(const model::ModelConfig& cfg, const engine::ParallelS
     q.shape = mesh;
     q.num_tokens = n;
     q.pp_chunk = mesh.pp_chunk >= 0 ? mesh.pp_chunk : model::default_pipeline_chunk(mesh.pp, n);
-    q.bf16 = bf16;
+    q.bf16_weights = bf16;
     int64_t worst = 0;
     for (const auto& m : engine::estimate_memory(cfg, q)) worst = std::max(worst, m.total());
     return worst <= max_memory;
@@ -208,6 +209,10 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
   if (!std::filesystem::exists(profile_path) && !find_data_path(profile_path).empty()) profile_path = find_data_path(profile_path);
   const planner::HardwareProfile profile = planner::load_profile(profile_path);
 
+  // The instances run on this machine's units (a probe of their own, which reads the same here):
+  // on the f32 units a bf16 instance holds f32 weights.
+  kernels::set_bf16_units(kernels::parse_bf16_units(o.launch.bf16_units));
+  const bool bf16_weights = o.launch.dtype == "bf16" && kernels::bf16_units() == kernels::Bf16Units::Bf16;
   std::vector<InstanceSpec> specs;
   int64_t longest = 0;
   int kv_ports = 0;
@@ -225,7 +230,7 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
     for (const InstanceSpec& earlier : specs) same += earlier.mesh.str() == mesh.str() ? 1 : 0;
     if (same > 1) s.name += str_cat("#", same);
     s.mesh = mesh;
-    s.max_tokens = max_tokens_within(cfg_, mesh, o.launch.max_memory, o.launch.dtype == "bf16");
+    s.max_tokens = max_tokens_within(cfg_, mesh, o.launch.max_memory, bf16_weights);
     SLOPE_CHECK(s.max_tokens > 0, "instance ", s.name, " cannot hold even one token within --max-memory ",
                 o.launch.max_memory, " bytes");
     s.batch_tokens = o.batch_tokens;

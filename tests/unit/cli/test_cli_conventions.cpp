@@ -72,6 +72,57 @@ TEST(CliConventions, DtypeSpelledTheSameEverywhere) {
   EXPECT_NE(bad.out.find("--dtype must be f32 or bf16"), std::string::npos) << bad.out;
 }
 
+// --bf16-units: the run says which units it ran on; on the f32 units bf16 holds the weights
+// --dtype f32 holds (f32 copies), and the two units' first tokens agree up to bf16 rounding.
+TEST(CliConventions, Bf16UnitsAreChosenAndReported) {
+  const std::string run = kSlope + " run --model " + kModel + " --random-tokens 40 --seed 4 --json";
+  auto json_of = [](const slope::testing::CommandResult& r) { return nlohmann::json::parse(r.out); };
+  auto f32_units = slope::testing::run_command(run + " --bf16-units f32", false);
+  auto f32 = slope::testing::run_command(run + " --dtype f32", false);
+  auto autos = slope::testing::run_command(run, false);
+  ASSERT_EQ(f32_units.code, 0) << f32_units.out;
+  ASSERT_EQ(f32.code, 0) << f32.out;
+  ASSERT_EQ(autos.code, 0) << autos.out;
+  const nlohmann::json ju = json_of(f32_units), jf = json_of(f32), ja = json_of(autos);
+  EXPECT_EQ(ju["bf16_units"], "f32");
+  EXPECT_FALSE(jf.contains("bf16_units")) << "an f32 run has no bf16 units";
+  EXPECT_TRUE(ja["bf16_units"] == "bf16" || ja["bf16_units"] == "f32") << ja.dump();
+  EXPECT_EQ(ju["weight_bytes"], jf["weight_bytes"]);
+  auto native = slope::testing::run_command(run + " --bf16-units bf16", false);
+  if (native.code == 0) {  // oneDNN has a bf16 matmul here
+    const nlohmann::json jn = json_of(native);
+    EXPECT_EQ(jn["bf16_units"], "bf16");
+    // The same numbers up to bf16 rounding: each run's first token is among the other's top 5.
+    auto in_top = [](const nlohmann::json& token, const nlohmann::json& j) {
+      for (const auto& t : j["top_logprobs"])
+        if (t["token"] == token) return true;
+      return false;
+    };
+    EXPECT_TRUE(in_top(jn["first_token"], ju)) << jn.dump() << "\n" << ju.dump();
+    EXPECT_TRUE(in_top(ju["first_token"], jn)) << jn.dump() << "\n" << ju.dump();
+    EXPECT_LT(jn["weight_bytes"].get<double>(), 0.75 * ju["weight_bytes"].get<double>());
+  } else {
+    auto err = sh(run + " --bf16-units bf16");
+    EXPECT_NE(err.out.find("no bf16 matmul on this CPU"), std::string::npos) << err.out;
+  }
+  // A dry run predicts the f32 copies: the same memory per rank as --dtype f32 (the line after
+  // the two header lines, which name the dtype).
+  auto rank_line = [](const std::string& out) {
+    size_t at = 0;
+    for (int i = 0; i < 2 && at != std::string::npos; ++i) at = out.find('\n', at + 1);
+    return at == std::string::npos ? std::string() : out.substr(at + 1, out.find('\n', at + 1) - at - 1);
+  };
+  const std::string dry = kSlope + " run --model " + kModel + " --random-tokens 4096 --dry-run";
+  auto dry_units = sh(dry + " --bf16-units f32"), dry_f32 = sh(dry + " --dtype f32");
+  ASSERT_EQ(dry_units.code, 0) << dry_units.out;
+  ASSERT_EQ(dry_f32.code, 0) << dry_f32.out;
+  EXPECT_FALSE(rank_line(dry_units.out).empty()) << dry_units.out;
+  EXPECT_EQ(rank_line(dry_units.out), rank_line(dry_f32.out)) << dry_units.out << dry_f32.out;
+  auto bad = sh(run + " --bf16-units fp32");
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.out.find("--bf16-units"), std::string::npos) << bad.out;
+}
+
 TEST(CliConventions, UsageErrorsExitTwoAndSayHowToGetHelp) {
   auto r = sh(kSlope + " run --model " + kModel + " --random-tokens 4 --frobnicate");
   EXPECT_EQ(r.code, 2);

@@ -7,9 +7,11 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <tuple>
 
 #include "slope/engine/distributed.h"
 #include "slope/engine/prefill.h"
+#include "slope/kernels/gemm.h"
 #include "slope/model/model.h"
 #include "slope/model/safetensors.h"
 
@@ -51,10 +53,10 @@ std::string case_name(const testing::TestParamInfo<Case>& info) {
   return s;
 }
 
-// One model per (family, compute type), loaded once.
+// One model per (family, compute type, bf16 units now set), loaded once.
 const model::Model& load(const std::string& family, kernels::ComputeType ct) {
-  static std::map<std::pair<std::string, int>, std::unique_ptr<model::Model>> cache;
-  auto& m = cache[{family, int(ct)}];
+  static std::map<std::tuple<std::string, int, int>, std::unique_ptr<model::Model>> cache;
+  auto& m = cache[{family, int(ct), int(kernels::bf16_units())}];
   if (!m) {
     model::LoadOptions lo;
     lo.compute = ct;
@@ -101,7 +103,17 @@ TEST_P(FixtureTest, F32MatchesTransformers) { check(kernels::ComputeType::F32, k
 // Small chunks: the token-local work split into pieces must not change anything.
 TEST_P(FixtureTest, F32SmallChunksMatchTransformers) { check(kernels::ComputeType::F32, kF32Tol, true, 5); }
 
-TEST_P(FixtureTest, Bf16WithinBound) { check(kernels::ComputeType::BF16, kBf16Tol, false, 1024); }
+// On each units bf16 mode can run on here (kernels/bf16_units.h), whichever it would choose.
+TEST_P(FixtureTest, Bf16WithinBound) {
+  std::vector<kernels::Bf16Units> units{kernels::Bf16Units::F32};
+  if (kernels::native_bf16_matmul_supported()) units.push_back(kernels::Bf16Units::Bf16);
+  for (kernels::Bf16Units u : units) {
+    SCOPED_TRACE(std::string("bf16 units: ") + kernels::bf16_units_name(u));
+    kernels::set_bf16_units(u);
+    check(kernels::ComputeType::BF16, kBf16Tol, false, 1024);
+    kernels::set_bf16_units(kernels::Bf16Units::Auto);
+  }
+}
 
 INSTANTIATE_TEST_SUITE_P(Transformers, FixtureTest, testing::ValuesIn(cases()), case_name);
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(FixtureTest);

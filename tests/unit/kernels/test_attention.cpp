@@ -196,7 +196,8 @@ Inputs rounded_to_bf16(Inputs in) {
 
 // True where compute = BF16 runs the bf16 kernel on `in` (else it runs the f32 kernel).
 bool runs_bf16_kernel(const Inputs& in) {
-  return bf16_attention_supported() && in.shape.head_dim % 2 == 0 && in.scale > 0;
+  return bf16_attention_supported() && bf16_units() == Bf16Units::Bf16 && in.shape.head_dim % 2 == 0 &&
+         in.scale > 0;
 }
 
 // The tolerance of compute type ct against exact attention (reference()) of `in` (kBf16Unit):
@@ -287,11 +288,14 @@ int64_t kv_offset(int which, int64_t nq, int64_t nk) {
 // Each flash_attention test, for each compute type, and F32 again on the AVX2 kernel
 // (AttentionKernel::Avx2: the f32 kernel of CPUs without AVX-512, checked on every machine that
 // can run it).
-// (BF16Dot: the bf16 kernel without AMX, checked wherever the CPU has AMX.)
+// (BF16Dot: the bf16 kernel without AMX, checked wherever the CPU has AMX.) BF16 runs on the bf16
+// units wherever the CPU has them, whichever units bf16 mode would choose here
+// (kernels/bf16_units.h; on the f32 units it is the f32 kernel: FlashAttentionOnF32Units).
 enum class Variant { F32, BF16, F32Avx2, BF16Dot };
 class FlashAttention : public ::testing::TestWithParam<Variant> {
  protected:
   void SetUp() override {
+    set_bf16_units(Bf16Units::Bf16);
     if (GetParam() == Variant::BF16Dot) {
       if (!amx_attention_supported()) GTEST_SKIP() << "no AMX here: BF16 already runs vdpbf16ps";
       set_amx_attention(false);
@@ -303,6 +307,7 @@ class FlashAttention : public ::testing::TestWithParam<Variant> {
   void TearDown() override {
     set_attention_kernel(AttentionKernel::Auto);
     set_amx_attention(true);
+    set_bf16_units(Bf16Units::Auto);
   }
   ComputeType ct() const {
     return GetParam() == Variant::BF16 || GetParam() == Variant::BF16Dot ? ComputeType::BF16
@@ -570,9 +575,16 @@ TEST_P(FlashAttention, WindowHeadPackedBlocks) {
     }
 }
 
+// The bf16 kernel's own tests: on the bf16 units, whichever bf16 mode would choose here.
+class FlashAttentionBf16 : public ::testing::Test {
+ protected:
+  void SetUp() override { set_bf16_units(Bf16Units::Bf16); }
+  void TearDown() override { set_bf16_units(Bf16Units::Auto); }
+};
+
 // The bf16 kernel really runs where the CPU has it: its result differs from the f32 kernel's
 // and is closer to exact attention of the rounded inputs than the f32 kernel's is.
-TEST(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
+TEST_F(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
   std::mt19937 rng(5);
   const Inputs in = make_inputs(rng, 130, 0, 130, 0, {4, 2, 64}, {true, 0}, 1.0f, false);
   if (!runs_bf16_kernel(in)) GTEST_SKIP() << "this CPU or build has no AVX512-BF16";
@@ -592,7 +604,7 @@ TEST(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
 }
 
 // Where the bf16 kernel cannot run (odd head_dim), BF16 gives exactly the f32 kernel's result.
-TEST(FlashAttentionBf16, OddHeadDimRunsTheF32Kernel) {
+TEST_F(FlashAttentionBf16, OddHeadDimRunsTheF32Kernel) {
   std::mt19937 rng(6);
   const Inputs in = make_inputs(rng, 70, 0, 70, 0, {4, 2, 15}, {true, 5}, 0.25f, true);
   std::vector<float> out16, lse16, out32, lse32;
@@ -605,7 +617,7 @@ TEST(FlashAttentionBf16, OddHeadDimRunsTheF32Kernel) {
 // A NaN or Inf in a value no row may see stays out of the bf16 kernel's results: keys are
 // processed in pairs, and the key before an odd window start and the one after an odd causal
 // end are partners that no row sees.
-TEST(FlashAttentionBf16, UnseenPartnerKeysStayOut) {
+TEST_F(FlashAttentionBf16, UnseenPartnerKeysStayOut) {
   std::mt19937 rng(8);
   for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
     // 50 queries at 101..150 (one query block), keys at 0..199: the window 5 makes key 97 the
@@ -619,6 +631,32 @@ TEST(FlashAttentionBf16, UnseenPartnerKeysStayOut) {
     for (size_t t = 0; t < out.size(); ++t)
       ASSERT_TRUE(std::isfinite(out[t])) << "element " << t << ": " << out[t];
     expect_matches(in, ComputeType::BF16, out, lse);
+  }
+}
+
+// On the f32 units BF16 is the f32 kernel, bit for bit, on every mask, head layout and sinks,
+// also where the CPU has the bf16 kernel (which the first case shows gives other numbers).
+TEST(FlashAttentionOnF32Units, Bf16RunsTheF32Kernel) {
+  std::mt19937 rng(9);
+  const Inputs cases[] = {
+      make_inputs(rng, 130, 0, 130, 0, {4, 2, 64}, {true, 0}, 1.0f, false),
+      make_inputs(rng, 65, 200, 257, 0, {8, 2, 64}, {true, 128}, 0.125f, true),
+      make_inputs(rng, 33, 0, 64, 40, {6, 1, 20}, {false, 0}, 0.5f, true),
+  };
+  for (const Inputs& in : cases) {
+    SCOPED_TRACE(describe(in));
+    std::vector<float> out16, lse16, out32, lse32;
+    set_bf16_units(Bf16Units::F32);
+    run_flash(in, ComputeType::BF16, out16, lse16);
+    run_flash(in, ComputeType::F32, out32, lse32);
+    EXPECT_EQ(out16, out32);
+    EXPECT_EQ(lse16, lse32);
+    if (&in == &cases[0] && bf16_attention_supported()) {  // the bf16 units give other numbers
+      set_bf16_units(Bf16Units::Bf16);
+      run_flash(in, ComputeType::BF16, out16, lse16);
+      EXPECT_NE(lse16, lse32);
+    }
+    set_bf16_units(Bf16Units::Auto);
   }
 }
 

@@ -4,8 +4,9 @@
 // relative to the magnitude of the terms summed, which bounds f32 accumulation error
 // independently of cancellation. For BF16 the reference is computed from the bf16-rounded
 // inputs, so only the f32 accumulation error remains and the same tolerance applies. Each BF16
-// case runs both ways a BF16 Linear can compute (Bf16Matmul): this CPU's default (oneDNN's bf16
-// matmul where it has one) and F32Units, so both are checked on every machine that has them.
+// case runs on both units a BF16 Linear can compute on (kernels/bf16_units.h): oneDNN's bf16
+// matmul where it has one, and the f32 units, so both are checked on every machine that has them
+// whichever of them bf16 mode would choose there.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -25,15 +26,19 @@ namespace {
 
 constexpr double kRelTol = 1e-5;
 
-// Sets how BF16 Linears constructed in its scope compute; restores Auto.
-struct UseBf16Matmul {
-  explicit UseBf16Matmul(Bf16Matmul m) { set_bf16_matmul(m); }
-  ~UseBf16Matmul() { set_bf16_matmul(Bf16Matmul::Auto); }
-  UseBf16Matmul(const UseBf16Matmul&) = delete;
-  UseBf16Matmul& operator=(const UseBf16Matmul&) = delete;
+// Sets the units BF16 Linears constructed in its scope compute on; restores Auto.
+struct UseBf16Units {
+  explicit UseBf16Units(Bf16Units u) { set_bf16_units(u); }
+  ~UseBf16Units() { set_bf16_units(Bf16Units::Auto); }
+  UseBf16Units(const UseBf16Units&) = delete;
+  UseBf16Units& operator=(const UseBf16Units&) = delete;
 };
-constexpr Bf16Matmul kBf16Matmuls[] = {Bf16Matmul::Auto, Bf16Matmul::F32Units};
-std::string matmul_name(Bf16Matmul m) { return m == Bf16Matmul::F32Units ? " f32-units" : " default"; }
+// The units a BF16 Linear can run on here: the bf16 matmul where oneDNN has one, and the f32 units.
+std::vector<Bf16Units> units_here() {
+  if (native_bf16_matmul_supported()) return {Bf16Units::Bf16, Bf16Units::F32};
+  return {Bf16Units::F32};
+}
+std::string units_name(Bf16Units u) { return u == Bf16Units::F32 ? " f32-units" : " bf16-units"; }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
@@ -127,14 +132,14 @@ TEST_P(LinearTest, MatchesDoubleReference) {
   const std::vector<float> bias = random_floats(N, 99);
   const float* b = with_bias ? bias.data() : nullptr;
   const bool bf16 = ct == ComputeType::BF16;
-  for (Bf16Matmul mm : kBf16Matmuls) {
-    if (!bf16 && mm != Bf16Matmul::Auto) continue;
-    const UseBf16Matmul use(mm);
+  for (Bf16Units mm : units_here()) {
+    if (!bf16 && mm != units_here().front()) continue;  // F32 does not depend on them
+    const UseBf16Units use(mm);
     const Linear lin(w.data(wdtype), wdtype, layout, N, K, b, ct);
     EXPECT_EQ(lin.out_features(), N);
     EXPECT_EQ(lin.in_features(), K);
     EXPECT_EQ(lin.compute_type(), ct);
-    const bool wide = !bf16 || bf16_matmul() == Bf16Matmul::F32Units;
+    const bool wide = !bf16 || bf16_units() == Bf16Units::F32;
     EXPECT_GE(lin.weight_bytes(), size_t(N * K) * (wide ? 4 : 2));
 
     // Several M on one Linear: the packed layout chosen at construction must serve them all.
@@ -146,7 +151,7 @@ TEST_P(LinearTest, MatchesDoubleReference) {
         lin.forward(x.data(), M, y.data(), acc);
         std::vector<double> ref, mag;
         reference(x, w.f32, layout, b, acc ? &y0 : nullptr, M, N, K, bf16, ref, mag);
-        expect_close(y, ref, mag, "M=" + std::to_string(M) + (acc ? " accumulate" : "") + matmul_name(mm));
+        expect_close(y, ref, mag, "M=" + std::to_string(M) + (acc ? " accumulate" : "") + units_name(mm));
       }
     }
   }
@@ -178,16 +183,16 @@ TEST(Linear, LargerShapeBothComputeTypes) {
   const auto bias = random_floats(N, 4);
   const auto x = random_floats(M * K, 5);
   for (ComputeType ct : {ComputeType::F32, ComputeType::BF16})
-    for (Bf16Matmul mm : kBf16Matmuls) {
-      if (ct == ComputeType::F32 && mm != Bf16Matmul::Auto) continue;  // F32 does not depend on it
-      const UseBf16Matmul use(mm);
+    for (Bf16Units mm : units_here()) {
+      if (ct == ComputeType::F32 && mm != units_here().front()) continue;  // F32 does not depend on them
+      const UseBf16Units use(mm);
       const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, bias.data(), ct);
       std::vector<float> y(M * N);
       lin.forward(x.data(), M, y.data());
       std::vector<double> ref, mag;
       reference(x, w.f32, WeightLayout::OutIn, bias.data(), nullptr, M, N, K,
                 ct == ComputeType::BF16, ref, mag);
-      expect_close(y, ref, mag, (ct == ComputeType::F32 ? "f32" : "bf16") + matmul_name(mm));
+      expect_close(y, ref, mag, (ct == ComputeType::F32 ? "f32" : "bf16") + units_name(mm));
     }
 }
 
@@ -235,8 +240,8 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
   const int64_t N = 131, K = 67;
   const Weights w = make_weights(N * K, DType::BF16, 21);
   const auto bias = random_floats(N, 22);
-  for (Bf16Matmul mm : kBf16Matmuls) {
-    const UseBf16Matmul use(mm);
+  for (Bf16Units mm : units_here()) {
+    const UseBf16Units use(mm);
     const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, bias.data(),
                      ComputeType::BF16);
     for (int64_t M : {1, 5, 33}) {
@@ -253,14 +258,14 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
         std::vector<double> ref, mag;
         reference(x, w.f32, WeightLayout::InOut, bias.data(), acc ? &y0 : nullptr, M, N, K, true, ref,
                   mag);
-        expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M) + matmul_name(mm));
+        expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M) + units_name(mm));
       }
     }
   }
 }
 
-// BF16 Linears run oneDNN's bf16 matmul on AMX tiles here (with the Bf16Matmul now chosen).
-bool amx_bf16_matmul() { return bf16_matmul() == Bf16Matmul::Native && cpu::amx_usable(); }
+// BF16 Linears run oneDNN's bf16 matmul on AMX tiles here (with the units now chosen).
+bool amx_bf16_matmul() { return bf16_units() == Bf16Units::Bf16 && cpu::amx_usable(); }
 
 // A row's result does not depend on how many rows share its call: rows of one call over M rows
 // equal, bit for bit, the same rows computed one per call (oneDNN reduces each row over K in the
@@ -280,9 +285,9 @@ TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
   for (auto [N, K] : {std::pair<int64_t, int64_t>{2048, 1024}, std::pair<int64_t, int64_t>{131, 67}}) {
     const Weights w = make_weights(N * K, DType::BF16, uint32_t(N + K));
     const auto bias = random_floats(N, 23);
-    for (Bf16Matmul mm : kBf16Matmuls)
+    for (Bf16Units mm : units_here())
       for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
-        const UseBf16Matmul use(mm);
+        const UseBf16Units use(mm);
         const bool kExactRows = kAvx512 && !(ct == ComputeType::BF16 && amx_bf16_matmul());
         const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
         for (int64_t M : {15, 16, 17, 47, 100}) {
@@ -298,7 +303,7 @@ TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
                         ct == ComputeType::BF16, ref, mag);
             for (int64_t i = 0; i < M * N; ++i) {
               const std::string where = "N=" + std::to_string(N) + " bf16=" +
-                                        std::to_string(ct == ComputeType::BF16) + matmul_name(mm) +
+                                        std::to_string(ct == ComputeType::BF16) + units_name(mm) +
                                         " M=" + std::to_string(M) + " acc=" + std::to_string(acc) +
                                         " row " + std::to_string(i / N);
               if (kExactRows)
@@ -330,35 +335,33 @@ TEST(Linear, RowCountsShareFewPrimitives) {
   EXPECT_GE(gemm_primitives_built() - before, 2 * distinct);
 }
 
-// The two ways of a BF16 Linear agree to the f32 accumulation bound where this CPU has both,
+// The two units of a BF16 Linear agree to the f32 accumulation bound where this CPU has both,
 // and asking for oneDNN's bf16 matmul where it has none is a clear error, not a crash.
-TEST(Linear, Bf16MatmulChoice) {
+TEST(Linear, Bf16UnitsAgree) {
   const int64_t M = 37, N = 129, K = 515;
   const Weights w = make_weights(N * K, DType::BF16, 41);
   const auto x = random_floats(M * K, 42);
-  EXPECT_NE(bf16_matmul(), Bf16Matmul::Auto);
-  EXPECT_EQ(bf16_matmul(), native_bf16_matmul_supported() ? Bf16Matmul::Native : Bf16Matmul::F32Units);
   if (!native_bf16_matmul_supported()) {
-    const UseBf16Matmul use(Bf16Matmul::Native);
+    const UseBf16Units use(Bf16Units::Bf16);
     try {
       Linear(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16);
-      ADD_FAILURE() << "Native without a bf16 matmul constructed";
+      ADD_FAILURE() << "bf16 units without a bf16 matmul constructed";
     } catch (const slope::Error& e) {
       EXPECT_NE(std::string(e.what()).find("no bf16 matmul on this CPU"), std::string::npos) << e.what();
     }
     // F32 Linears do not depend on the choice.
     Linear f32(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::F32);
     EXPECT_EQ(f32.compute_type(), ComputeType::F32);
-    GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU: only F32Units can run";
+    GTEST_SKIP() << "oneDNN has no bf16 matmul on this CPU: only the f32 units can run";
   }
   std::vector<float> native(M * N), units(M * N);
   {
-    const UseBf16Matmul use(Bf16Matmul::Native);
+    const UseBf16Units use(Bf16Units::Bf16);
     Linear(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16)
         .forward(x.data(), M, native.data());
   }
   {
-    const UseBf16Matmul use(Bf16Matmul::F32Units);
+    const UseBf16Units use(Bf16Units::F32);
     Linear(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16)
         .forward(x.data(), M, units.data());
   }

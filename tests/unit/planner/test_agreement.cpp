@@ -116,9 +116,9 @@ TEST(Agreement, PlannerAndEngineCountTheSameKvAndWeightsPerRank) {
         engine::MemoryQuery q;
         q.shape = d.mesh;
         q.num_tokens = n;
-        q.bf16 = true;
+        q.bf16_weights = true;
         const std::vector<engine::RankMemory> bf16 = engine::estimate_memory(cfg, q);
-        q.bf16 = false;
+        q.bf16_weights = false;
         const std::vector<engine::RankMemory> f32 = engine::estimate_memory(cfg, q);
         ASSERT_EQ(int(bf16.size()), d.mesh.size());
         const engine::RankMemory& r = bf16[0];
@@ -166,7 +166,7 @@ TEST(Agreement, PlannerAndEngineHoldTheSameWeightsPerRank) {
         engine::MemoryQuery q;
         q.shape = d.mesh;
         q.num_tokens = n;
-        q.bf16 = true;
+        q.bf16_weights = true;
         const std::vector<engine::RankMemory> ranks = engine::estimate_memory(cfg, q);
         int64_t fullest = 0;
         for (const engine::RankMemory& r : ranks) fullest = std::max(fullest, r.weights);
@@ -192,7 +192,7 @@ TEST(Agreement, PlannerAndEngineSplitStagesAlike) {
         engine::MemoryQuery q;
         q.shape = d.mesh;
         q.num_tokens = n;
-        q.bf16 = true;
+        q.bf16_weights = true;
         // The engine's largest K/V of a rank, counted the planner's way (bf16, last W of sliding
         // layers), against the planner's fullest rank's K/V.
         double most = 0;

@@ -439,7 +439,7 @@ void flash_attention(const AttentionArgs& a) {
   if (nq <= 0 || shape.num_q_heads <= 0 || shape.head_dim <= 0) return;
   const Problem pb{q, k, v, nq, q_pos0, nk, kv_pos0, shape.num_q_heads, shape.num_kv_heads,
                    shape.head_dim, mask, scale, sinks, out, lse};
-  if (a.compute == ComputeType::BF16 && run_bf16(pb)) return;
+  if (a.compute == ComputeType::BF16 && bf16_units() == Bf16Units::Bf16 && run_bf16(pb)) return;
   if ((g_kernel.load(std::memory_order_relaxed) == AttentionKernel::Avx2 || !kAvx512Kernel) &&
       run_avx2(pb))
     return;

@@ -31,9 +31,9 @@
 // at 8 to 63 rows, but 62 at M = 976, 59 at 848, 117 at 992, 125 at 464), and a MoE's expert
 // row counts are anything.
 //
-// BF16 Linears run oneDNN's bf16 matmul where this CPU has one, and otherwise the same numbers on
-// the f32 matmul (Bf16Matmul in gemm.h): weights widened once from bf16 at load, rows rounded to
-// bf16 and widened in the pass that would have converted them.
+// BF16 Linears run oneDNN's bf16 matmul or the same numbers on the f32 matmul, as bf16_units()
+// says (kernels/bf16_units.h): on the f32 units the weights are widened once from bf16 at load,
+// and the rows rounded to bf16 and widened in the pass that would have converted them.
 #include "slope/kernels/gemm.h"
 #include "slope/kernels/cpu/amx.h"
 
@@ -88,7 +88,6 @@ constexpr int64_t kRowQuantum = 16;
 constexpr int64_t kAmxRowQuantum = 64;
 
 std::atomic<int64_t> g_primitives_built{0};
-std::atomic<Bf16Matmul> g_bf16_matmul{Bf16Matmul::Auto};
 
 // One executable matmul and the scratchpad size it needs.
 struct Prim {
@@ -194,18 +193,10 @@ bool native_bf16_matmul_supported() {
   return supported;
 }
 
-void set_bf16_matmul(Bf16Matmul choice) { g_bf16_matmul.store(choice); }
-
-Bf16Matmul bf16_matmul() {
-  const Bf16Matmul c = g_bf16_matmul.load();
-  if (c != Bf16Matmul::Auto) return c;
-  return native_bf16_matmul_supported() ? Bf16Matmul::Native : Bf16Matmul::F32Units;
-}
-
 struct Linear::Impl {
   int64_t N = 0, K = 0;
   ComputeType ct = ComputeType::F32;
-  bool f32_units = false;  // a BF16 Linear on the f32 matmul (Bf16Matmul::F32Units)
+  bool f32_units = false;  // a BF16 Linear on the f32 matmul (Bf16Units::F32)
   bool has_bias = false;
   dnnl::memory::desc packed_md;  // weights [K, N] in oneDNN's chosen blocked layout
   dnnl::memory weights;
@@ -264,10 +255,10 @@ Linear::Linear(const void* weight, DType wdtype, WeightLayout layout, int64_t ou
   m.ct = ct;
   m.has_bias = bias != nullptr;
   if (ct == ComputeType::BF16) {
-    const Bf16Matmul use = bf16_matmul();
-    SLOPE_CHECK(use == Bf16Matmul::F32Units || native_bf16_matmul_supported(),
-                "Linear: oneDNN has no bf16 matmul on this CPU; use Bf16Matmul::Auto or F32Units");
-    m.f32_units = use == Bf16Matmul::F32Units;
+    const Bf16Units use = bf16_units();
+    SLOPE_CHECK(use == Bf16Units::F32 || native_bf16_matmul_supported(),
+                "Linear: oneDNN has no bf16 matmul on this CPU; run bf16 on the f32 units (--bf16-units f32 or auto)");
+    m.f32_units = use == Bf16Units::F32;
   }
   const int64_t N = m.N, K = m.K, numel = N * K;
 

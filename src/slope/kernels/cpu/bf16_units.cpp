@@ -1,0 +1,144 @@
+// The bf16 units' choice (kernels/bf16_units.h) and the probe it is made from: the probe of
+// bench/peak.cpp in miniature, on one thread, long enough to time (about 0.1 ms a round) and
+// short enough to run at every start.
+#include "slope/kernels/bf16_units.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+
+#include "slope/core/error.h"
+#include "slope/kernels/cpu/amx.h"
+#include "slope/kernels/gemm.h"
+
+namespace slope::kernels {
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kAcc = 24;  // independent accumulators: enough to cover either latency
+constexpr int64_t kIters = 4096;
+
+// Seconds for kIters x kAcc instructions (vdpbf16ps with kBf16, else vfmadd231ps).
+template <bool kBf16>
+double time_chain() {
+  __m512 acc[kAcc];
+  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-9f);
+  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
+#if defined(__AVX512BF16__)
+  const __m512bh ab = _mm512_cvtne2ps_pbh(a, a), bb = _mm512_cvtne2ps_pbh(b, b);
+#endif
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t it = 0; it < kIters; ++it) {
+#pragma GCC unroll 24
+    for (int i = 0; i < kAcc; ++i) {
+#if defined(__AVX512BF16__)
+      if constexpr (kBf16) {
+        acc[i] = _mm512_dpbf16_ps(acc[i], ab, bb);
+        continue;
+      }
+#endif
+      acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    }
+  }
+  __m512 sum = acc[0];
+  for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, sum);
+  volatile float sink = lanes[0];  // keeps the chains
+  (void)sink;
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+#endif
+
+bool dot_usable() {
+#if defined(__AVX512BF16__)
+  static const bool cpu_has = __builtin_cpu_supports("avx512bf16");
+  return cpu_has;
+#else
+  return false;
+#endif
+}
+
+Bf16UnitFacts measure() {
+  Bf16UnitFacts f;
+  f.bf16_matmul = native_bf16_matmul_supported();
+  f.amx = cpu::amx_usable();
+  f.dot = dot_usable();
+#if defined(__AVX512F__)
+  // Rounds alternate the two chains, so a neighbour's burst slows both; each keeps its best.
+  // The first round also brings the core to its AVX-512 clock.
+  double fma_s = 1e30, dot_s = 1e30;
+  for (int round = 0; round < 8; ++round) {
+    fma_s = std::min(fma_s, time_chain<false>());
+    if (f.dot) dot_s = std::min(dot_s, time_chain<true>());
+  }
+  const double inst = double(kIters) * kAcc;
+  f.fma_gflops = inst * 32 / fma_s / 1e9;
+  if (f.dot) f.dot_gflops = inst * 64 / dot_s / 1e9;
+#endif
+  return f;
+}
+
+std::atomic<Bf16Units> g_units{Bf16Units::Auto};
+
+}  // namespace
+
+const Bf16UnitFacts& bf16_unit_facts() {
+  static const Bf16UnitFacts facts = measure();
+  return facts;
+}
+
+Bf16Units choose_bf16_units(const Bf16UnitFacts& f) {
+  if (!f.bf16_matmul) return Bf16Units::F32;
+  if (f.amx) return Bf16Units::Bf16;
+  return f.dot && f.dot_gflops >= f.fma_gflops ? Bf16Units::Bf16 : Bf16Units::F32;
+}
+
+void set_bf16_units(Bf16Units units) { g_units.store(units); }
+
+Bf16Units bf16_units() {
+  const Bf16Units u = g_units.load();
+  if (u != Bf16Units::Auto) return u;
+  static const Bf16Units chosen = choose_bf16_units(bf16_unit_facts());
+  return chosen;
+}
+
+const char* bf16_units_name(Bf16Units units) {
+  switch (units) {
+    case Bf16Units::Bf16: return "bf16";
+    case Bf16Units::F32: return "f32";
+    default: return "auto";
+  }
+}
+
+Bf16Units parse_bf16_units(const std::string& name) {
+  if (name == "auto") return Bf16Units::Auto;
+  if (name == "bf16") return Bf16Units::Bf16;
+  if (name == "f32") return Bf16Units::F32;
+  fail("bf16 units must be auto, bf16 or f32, got '", name, "'");
+}
+
+std::string describe_bf16_units() {
+  const Bf16Units u = bf16_units();
+  std::string why;
+  if (g_units.load() != Bf16Units::Auto) {
+    why = "as asked";
+  } else {
+    const Bf16UnitFacts& f = bf16_unit_facts();
+    if (!f.bf16_matmul) why = "oneDNN has no bf16 matmul on this CPU";
+    else if (f.amx) why = "AMX tiles";
+    else if (!f.dot) why = "no vdpbf16ps on this CPU or build";
+    else
+      why = str_cat("one thread measured vdpbf16ps at ", int(f.dot_gflops), " GFLOP/s, vfmadd231ps at ",
+                    int(f.fma_gflops));
+  }
+  return str_cat(bf16_units_name(u), " units (",
+                 u == Bf16Units::Bf16 ? "oneDNN's bf16 matmul, the bf16 attention kernel"
+                                      : "f32 copies of the bf16 weights, the f32 attention kernel",
+                 "): ", why);
+}
+
+}  // namespace slope::kernels
