@@ -14,38 +14,19 @@
 #include <omp.h>
 
 #include "slope/kernels/cpu/amx.h"
+#include "slope/kernels/cpu/unit_chain.h"
 
 namespace {
 
 constexpr int64_t kIters = 20'000'000;
 
 #if defined(__AVX512F__)
-constexpr int kAcc = 24;
+constexpr int kAcc = slope::kernels::cpu::kChainAccumulators;
 constexpr double kFmaFlop = 32.0;
 
 template <bool kBf16>
 double run_thread() {
-  __m512 acc[kAcc];
-  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-9f);
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-#if defined(__AVX512BF16__)
-  const __m512bh ab = _mm512_cvtne2ps_pbh(a, a), bb = _mm512_cvtne2ps_pbh(b, b);
-#endif
-  for (int64_t it = 0; it < kIters; ++it) {
-#pragma GCC unroll 24
-    for (int i = 0; i < kAcc; ++i) {
-#if defined(__AVX512BF16__)
-      if constexpr (kBf16) {
-        acc[i] = _mm512_dpbf16_ps(acc[i], ab, bb);
-        continue;
-      }
-#endif
-      acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-    }
-  }
-  float sum = 0;
-  for (int i = 0; i < kAcc; ++i) sum += _mm512_reduce_add_ps(acc[i]);
-  return sum;
+  return slope::kernels::cpu::unit_chain<kBf16>(kIters);
 }
 #else
 constexpr int kAcc = 12;

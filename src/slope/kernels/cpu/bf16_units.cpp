@@ -1,9 +1,7 @@
-// The bf16 units' choice (kernels/bf16_units.h) and the probe it is made from: the probe of
-// bench/peak.cpp in miniature, on one thread, long enough to time (about 0.1 ms a round) and
-// short enough to run at every start.
+// The bf16 units' choice (kernels/bf16_units.h) and the probe it is made from: bench/peak.cpp's
+// chains (kernels/cpu/unit_chain.h) on one thread, long enough to time (about 0.1 ms a round)
+// and short enough to run at every start.
 #include "slope/kernels/bf16_units.h"
-
-#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -12,42 +10,21 @@
 
 #include "slope/core/error.h"
 #include "slope/kernels/cpu/amx.h"
+#include "slope/kernels/cpu/unit_chain.h"
 #include "slope/kernels/gemm.h"
 
 namespace slope::kernels {
 namespace {
 
 #if defined(__AVX512F__)
-constexpr int kAcc = 24;  // independent accumulators: enough to cover either latency
 constexpr int64_t kIters = 4096;
+constexpr double kChainInstructions = double(kIters) * cpu::kChainAccumulators;
 
-// Seconds for kIters x kAcc instructions (vdpbf16ps with kBf16, else vfmadd231ps).
+// Seconds for one chain of kChainInstructions (vdpbf16ps with kBf16, else vfmadd231ps).
 template <bool kBf16>
 double time_chain() {
-  __m512 acc[kAcc];
-  for (int i = 0; i < kAcc; ++i) acc[i] = _mm512_set1_ps(float(i) * 1e-9f);
-  const __m512 a = _mm512_set1_ps(0.999999f), b = _mm512_set1_ps(1e-7f);
-#if defined(__AVX512BF16__)
-  const __m512bh ab = _mm512_cvtne2ps_pbh(a, a), bb = _mm512_cvtne2ps_pbh(b, b);
-#endif
   const auto t0 = std::chrono::steady_clock::now();
-  for (int64_t it = 0; it < kIters; ++it) {
-#pragma GCC unroll 24
-    for (int i = 0; i < kAcc; ++i) {
-#if defined(__AVX512BF16__)
-      if constexpr (kBf16) {
-        acc[i] = _mm512_dpbf16_ps(acc[i], ab, bb);
-        continue;
-      }
-#endif
-      acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-    }
-  }
-  __m512 sum = acc[0];
-  for (int i = 1; i < kAcc; ++i) sum = _mm512_add_ps(sum, acc[i]);
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, sum);
-  volatile float sink = lanes[0];  // keeps the chains
+  volatile float sink = cpu::unit_chain<kBf16>(kIters);
   (void)sink;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -73,11 +50,12 @@ Bf16UnitFacts measure() {
   double fma_s = 1e30, dot_s = 1e30;
   for (int round = 0; round < 8; ++round) {
     fma_s = std::min(fma_s, time_chain<false>());
+#if defined(__AVX512BF16__)
     if (f.dot) dot_s = std::min(dot_s, time_chain<true>());
+#endif
   }
-  const double inst = double(kIters) * kAcc;
-  f.fma_gflops = inst * 32 / fma_s / 1e9;
-  if (f.dot) f.dot_gflops = inst * 64 / dot_s / 1e9;
+  f.fma_gflops = kChainInstructions * 32 / fma_s / 1e9;
+  if (f.dot) f.dot_gflops = kChainInstructions * 64 / dot_s / 1e9;
 #endif
   return f;
 }
