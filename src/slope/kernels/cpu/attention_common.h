@@ -113,6 +113,10 @@ struct Problem {
   const float* sinks;
   float* out;
   float* lse;
+  // Element strides of k and v (the f32 AVX-512 kernel's; the others read [nk, Hkv, D]): between
+  // rows, and between KV heads. [nk, Hkv, D]: Hkv·D and D; packed per head [Hkv][nk][D]: D and nk·D.
+  int64_t kv_row_stride;
+  int64_t kv_head_stride;
 };
 
 // Query vectors (16 rows each) per work unit. A block of B query rows under a window of W keys
