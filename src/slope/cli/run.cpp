@@ -300,7 +300,7 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   p.mq.pp_chunk = p.pp_chunk;
   p.mq.gemm_chunk = a.chunk;
   kernels::set_bf16_units(p.bf16_units);  // a dry run predicts the units this machine would run
-  p.mq.bf16_weights = p.compute == kernels::ComputeType::BF16 && kernels::bf16_units() == kernels::Bf16Units::Bf16;
+  p.mq.bf16_weights = engine::bf16_weights(p.compute, kernels::bf16_units());
   check_memory(a, p.cfg, p.mq, p.shape.size(), a.dry_run && rank == 0);
   if (a.dry_run) return p;
   // Output paths are checked before any work (a device, FIFO or directory is refused).

@@ -110,9 +110,7 @@ class PrefillEngine {
   kernels::Bf16Units bf16_units() const { return bf16_units_; }
   // The Linear weights are packed in bf16 (compute BF16 on the bf16 units): what the memory
   // prediction counts.
-  bool bf16_weights() const {
-    return config_.compute == kernels::ComputeType::BF16 && bf16_units_ == kernels::Bf16Units::Bf16;
-  }
+  bool bf16_weights() const { return engine::bf16_weights(config_.compute, bf16_units_); }
 
   // Throws slope::Error for a request this engine cannot run; communicates with no one.
   void validate(const PrefillRequest& request) const;

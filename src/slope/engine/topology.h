@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "slope/engine/executor.h"
+#include "slope/kernels/gemm.h"
 #include "slope/model/config.h"
 #include "slope/model/parallel_shape.h"
 #include "slope/parallel/comm.h"
@@ -108,5 +109,10 @@ struct MemoryQuery {
   DType checkpoint_dtype = DType::BF16;  // of the embedding (kept mmap'd in that dtype)
 };
 std::vector<RankMemory> estimate_memory(const model::ModelConfig& cfg, const MemoryQuery& q);
+// MemoryQuery::bf16_weights of an engine of compute type `compute` on `units` (resolved: Bf16 or
+// F32, kernels::bf16_units()).
+inline bool bf16_weights(kernels::ComputeType compute, kernels::Bf16Units units) {
+  return compute == kernels::ComputeType::BF16 && units == kernels::Bf16Units::Bf16;
+}
 
 }  // namespace slope::engine

@@ -212,7 +212,8 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
   // The instances run on this machine's units (a probe of their own, which reads the same here):
   // on the f32 units a bf16 instance holds f32 weights.
   kernels::set_bf16_units(kernels::parse_bf16_units(o.launch.bf16_units));
-  const bool bf16_weights = o.launch.dtype == "bf16" && kernels::bf16_units() == kernels::Bf16Units::Bf16;
+  const bool bf16_weights = engine::bf16_weights(
+      o.launch.dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32, kernels::bf16_units());
   std::vector<InstanceSpec> specs;
   int64_t longest = 0;
   int kv_ports = 0;

@@ -11,6 +11,7 @@
 #include "slope/core/error.h"
 #include "slope/kernels/cpu/amx.h"
 #include "slope/kernels/cpu/unit_chain.h"
+#include "slope/kernels/attention.h"
 #include "slope/kernels/gemm.h"
 
 namespace slope::kernels {
@@ -30,20 +31,11 @@ double time_chain() {
 }
 #endif
 
-bool dot_usable() {
-#if defined(__AVX512BF16__)
-  static const bool cpu_has = __builtin_cpu_supports("avx512bf16");
-  return cpu_has;
-#else
-  return false;
-#endif
-}
-
 Bf16UnitFacts measure() {
   Bf16UnitFacts f;
   f.bf16_matmul = native_bf16_matmul_supported();
   f.amx = cpu::amx_usable();
-  f.dot = dot_usable();
+  f.dot = bf16_attention_supported();  // the CPU and the build have vdpbf16ps
 #if defined(__AVX512F__)
   // Rounds alternate the two chains, so a neighbour's burst slows both; each keeps its best.
   // The first round also brings the core to its AVX-512 clock.
@@ -62,6 +54,21 @@ Bf16UnitFacts measure() {
 
 std::atomic<Bf16Units> g_units{Bf16Units::Auto};
 
+struct Decision {
+  Bf16Units units;
+  std::string why;
+};
+
+// choose_bf16_units's rule, with the reason describe_bf16_units reports.
+Decision decide(const Bf16UnitFacts& f) {
+  if (!f.bf16_matmul) return {Bf16Units::F32, "oneDNN has no bf16 matmul on this CPU"};
+  if (f.amx) return {Bf16Units::Bf16, "AMX tiles"};
+  if (!f.dot) return {Bf16Units::F32, "no vdpbf16ps on this CPU or build"};
+  return {f.dot_gflops >= f.fma_gflops ? Bf16Units::Bf16 : Bf16Units::F32,
+          str_cat("one thread measured vdpbf16ps at ", int(f.dot_gflops), " GFLOP/s, vfmadd231ps at ",
+                  int(f.fma_gflops))};
+}
+
 }  // namespace
 
 const Bf16UnitFacts& bf16_unit_facts() {
@@ -69,11 +76,7 @@ const Bf16UnitFacts& bf16_unit_facts() {
   return facts;
 }
 
-Bf16Units choose_bf16_units(const Bf16UnitFacts& f) {
-  if (!f.bf16_matmul) return Bf16Units::F32;
-  if (f.amx) return Bf16Units::Bf16;
-  return f.dot && f.dot_gflops >= f.fma_gflops ? Bf16Units::Bf16 : Bf16Units::F32;
-}
+Bf16Units choose_bf16_units(const Bf16UnitFacts& f) { return decide(f).units; }
 
 void set_bf16_units(Bf16Units units) { g_units.store(units); }
 
@@ -101,18 +104,7 @@ Bf16Units parse_bf16_units(const std::string& name) {
 
 std::string describe_bf16_units() {
   const Bf16Units u = bf16_units();
-  std::string why;
-  if (g_units.load() != Bf16Units::Auto) {
-    why = "as asked";
-  } else {
-    const Bf16UnitFacts& f = bf16_unit_facts();
-    if (!f.bf16_matmul) why = "oneDNN has no bf16 matmul on this CPU";
-    else if (f.amx) why = "AMX tiles";
-    else if (!f.dot) why = "no vdpbf16ps on this CPU or build";
-    else
-      why = str_cat("one thread measured vdpbf16ps at ", int(f.dot_gflops), " GFLOP/s, vfmadd231ps at ",
-                    int(f.fma_gflops));
-  }
+  const std::string why = g_units.load() != Bf16Units::Auto ? "as asked" : decide(bf16_unit_facts()).why;
   return str_cat(bf16_units_name(u), " units (",
                  u == Bf16Units::Bf16 ? "oneDNN's bf16 matmul, the bf16 attention kernel"
                                       : "f32 copies of the bf16 weights, the f32 attention kernel",
