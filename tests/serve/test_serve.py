@@ -22,7 +22,8 @@ Starts the server on the tiny model with two instances of different meshes ("rin
   - SIGTERM drains (a request in flight completes, new ones get 503) and exits 0, leaving no
     instance process behind;
   - --bf16-units reaches the instances (a bf16 server serves `slope run`'s logits on the units
-    it was asked for).
+    it was asked for), and auto is decided once, by the server: its instances are started with
+    the units it chose, and /health shows what each runs.
 Exit code 0 only if every check passed.
 """
 import http.client
@@ -503,6 +504,8 @@ def test_bf16_units():
         r = client.completions.create(model=srv.name, prompt=ids, max_tokens=1, logprobs=5,
                                       extra_body={"return_logits": True})
         served = r.model_extra["slope"]["logits"]
+        _, _, h = srv.request("GET", "/health")
+        check([i["bf16_units"] for i in h["instances"]] == [units], f"/health: the instance runs the {units} units ({h})")
         _, _, asked = slope_run(ids, mesh, ("--dtype", "bf16", "--bf16-units", units))
         err = rel_err(served, asked) if len(served) == len(asked) else float("inf")
         check(err <= 1e-5, f"a bf16 server on the {units} units serves slope run's logits on them (rel err {err:.2e})")
@@ -515,6 +518,22 @@ def test_bf16_units():
     finally:
         code = srv.stop()
     check(code == 0, f"the bf16 server exits 0 on SIGTERM (got {code})")
+    if failures:
+        print(srv.stderr()[-4000:])
+
+    # auto is decided once, by the server, which sizes admission for it: its instances are told
+    # the units it chose (not auto, which each would probe again) and run them.
+    srv = Server(SLOPE, MODEL, ["ring=2"], [], dtype="bf16")
+    try:
+        _, _, h = srv.request("GET", "/health")
+        inst = h["instances"][0]
+        check(inst["bf16_units"] == auto, f"/health: an auto server's instance runs auto's {auto} units ({inst})")
+        argvs = [open(f"/proc/{p}/cmdline", "rb").read().split(b"\0") for p in inst["pids"]]
+        told = [a[a.index(b"--bf16-units") + 1].decode() if b"--bf16-units" in a else None for a in argvs]
+        check(len(told) == 2 and told == [auto, auto], f"... and both ranks were started with --bf16-units {auto} ({told})")
+    finally:
+        code = srv.stop()
+    check(code == 0, f"the auto server exits 0 on SIGTERM (got {code})")
     if failures:
         print(srv.stderr()[-4000:])
 

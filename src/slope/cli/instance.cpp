@@ -18,6 +18,7 @@
 #include "slope/core/sys.h"
 #include "slope/engine/engine.h"
 #include "slope/engine/kv_export.h"
+#include "slope/kernels/bf16_units.h"
 #include "slope/kvx/service.h"
 #include "slope/parallel/mpi_comm.h"
 #include "slope/serve/mesh_spec.h"
@@ -80,7 +81,8 @@ int coordinate(engine::PrefillEngine& eng, const InstanceArgs& a, const std::vec
                const std::vector<int>& pids, int64_t rss_bytes) {
   const int fd = serve::connect_unix(a.socket);
   serve::write_frame(fd, {{"op", "hello"}, {"ranks", eng.config().mesh.size()}, {"mesh", serve::mesh_spec(eng.config().mesh)},
-                          {"pids", pids}, {"layout", layout_json(layout)}, {"rss_bytes", rss_bytes}});
+                          {"pids", pids}, {"layout", layout_json(layout)}, {"rss_bytes", rss_bytes},
+                          {"bf16_units", kernels::bf16_units_name(kernels::bf16_units())}});
   for (;;) {
     std::optional<json> msg;
     try {

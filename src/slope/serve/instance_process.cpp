@@ -111,6 +111,11 @@ void InstanceProcess::start() {
   try {
     std::optional<nlohmann::json> hello = read_frame(fd_, opt_.start_timeout_s, [this] { return alive(); });
     SLOPE_CHECK(hello && hello->value("op", "") == "hello", "no hello from the instance");
+    // The server sized the instance's memory for these units (its weights are twice as large on
+    // the f32 units), so an instance on others is refused rather than served.
+    const std::string units = hello->value("bf16_units", "");
+    SLOPE_CHECK(opt_.bf16_units == "auto" || units == opt_.bf16_units, "it runs bf16 on the ", units,
+                " units, not the ", opt_.bf16_units, " units it was asked for");
     hello_ = *hello;
   } catch (const Error& e) {
     kill();

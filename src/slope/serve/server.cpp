@@ -209,8 +209,9 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
   if (!std::filesystem::exists(profile_path) && !find_data_path(profile_path).empty()) profile_path = find_data_path(profile_path);
   const planner::HardwareProfile profile = planner::load_profile(profile_path);
 
-  // The instances run on this machine's units (a probe of their own, which reads the same here):
-  // on the f32 units a bf16 instance holds f32 weights.
+  // The units are chosen once, here (auto probes this CPU), and the instances are told that choice
+  // rather than auto, so their memory is what the admission limits below were sized for: on the
+  // f32 units a bf16 instance holds f32 weights.
   kernels::set_bf16_units(kernels::parse_bf16_units(o.launch.bf16_units));
   const bool bf16_weights = engine::bf16_weights(
       o.launch.dtype == "bf16" ? kernels::ComputeType::BF16 : kernels::ComputeType::F32, kernels::bf16_units());
@@ -221,6 +222,7 @@ Server::Server(const ServeOptions& o) : opt_(o), metrics_(now_seconds()) {
     const engine::ParallelShape mesh = parse_mesh_spec(o.instances[i]);
     engine::validate_shape(mesh, mesh.size(), cfg_, 1);
     LaunchOptions launch = o.launch;
+    launch.bf16_units = kernels::bf16_units_name(kernels::bf16_units());
     if (launch.kv_port_base > 0) launch.kv_port_base += kv_ports;  // each rank of each instance its own port
     kv_ports += mesh.size();
     inst_.push_back(std::make_unique<InstanceProcess>(int(i), mesh, launch));
@@ -282,7 +284,8 @@ json Server::health() {
     any = any || ready;
     list.push_back({{"index", i}, {"mesh", in.name()}, {"ranks", in.mesh().size()}, {"state", state_name(in.state())},
                     {"restarts", in.restarts()}, {"queue_depth", sched_->queue_depth(int(i))},
-                    {"pids", in.state() == InstanceState::Ready ? json(in.rank_pids()) : json::array()}});
+                    {"pids", in.state() == InstanceState::Ready ? json(in.rank_pids()) : json::array()},
+                    {"bf16_units", in.state() == InstanceState::Ready ? in.hello().value("bf16_units", "") : ""}});
   }
   return {{"status", draining_ ? "draining" : all ? "ok" : any ? "degraded" : "unavailable"},
           {"model", limits_.model_name},
