@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "slope/core/error.h"
+#include "slope/kernels/attention.h"
 #include "slope/model/flops.h"
 #include "slope/model/layers.h"
 #include "slope/parallel/shard.h"
@@ -158,7 +159,11 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
     act += c.is_moe() ? gc * c.experts_per_token * (2 * H + 3 * I) * 4 + gc * c.num_experts * 4
                       : gc * 3 * I * 4;
     if (cp > 1) act += rows * s.ulysses * (Hq / s.ulysses + 2 * Hkv) * D * 4 * 2 + 2 * 2 * rows * Hkv * D * 4;
-    m.activations = act;
+    // The attention kernel's K/V copies, kept between calls: a call sees at most one ring block's
+    // keys (a prompt's tokens / R) of the KV heads left after the all-to-all.
+    const int64_t call_keys = (q.num_tokens + s.ring - 1) / s.ring;
+    m.attention_kept = kernels::attention_kept_bytes_bound(call_keys, s.ulysses <= Hkv ? Hkv / s.ulysses : 1, D);
+    m.activations = act + m.attention_kept;
     out.push_back(m);
   }
   return out;

@@ -92,7 +92,9 @@ struct RankMemory {
   int64_t tokens = 0;        // rows of all prompts this rank computes
   int64_t weights = 0;       // packed weights, norms, biases, embedding and head where held
   int64_t kv = 0;            // KV cache of its rows for its layers, all prompts
-  int64_t activations = 0;   // largest live working set of one chunk in one layer
+  int64_t activations = 0;   // largest live working set of one chunk in one layer, with:
+  int64_t attention_kept = 0;  // of activations: the attention kernel's K/V copies kept between
+                               // calls (kernels/attention.h attention_kept_bytes_bound)
   int64_t total() const { return weights + kv + activations; }
 };
 

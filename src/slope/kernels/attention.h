@@ -90,6 +90,13 @@ void set_attention_kernel(AttentionKernel kernel);
 // Whether this build has the AVX2 kernel (built with AVX2 and FMA).
 bool avx2_attention_built();
 
+// The copies of K and V a flash_attention call keeps on its calling thread for the next call (so
+// that the engine's per-layer calls do not fault in fresh pages each time): what this thread keeps
+// now, and the most that calls of up to nk keys over Hkv KV heads of head_dim D keep, whichever
+// kernel runs them (one kernel per thread; the memory prediction counts it, engine/topology.h).
+int64_t attention_kept_bytes();
+int64_t attention_kept_bytes_bound(int64_t nk, int64_t Hkv, int64_t D);
+
 // FLOPs of the work flash_attention actually has to do (QKᵀ and PV, 4·D per visible
 // (query, key, head) triple), counted exactly from the mask. For benchmarks and the planner.
 double attention_flops(int64_t nq, int64_t q_pos0, int64_t nk, int64_t kv_pos0,

@@ -769,6 +769,37 @@ TEST_P(FlashAttention, CallsFromSeveralThreadsAtOnce) {
   }
 }
 
+// The K/V copies a kernel keeps on its calling thread (the memory prediction's term, engine/
+// topology.h) stay within attention_kept_bytes_bound for the most keys of the calls made: causal
+// and windowed calls of growing and shrinking key counts, on a fresh thread per KV head count.
+// Where the kernel copies every visible key (the f32 kernels over several KV heads; the bf16
+// kernel always) it keeps at least those keys' K and V, so the bound is not met vacuously.
+TEST_P(FlashAttention, KeptCopiesStayWithinTheBound) {
+  const int64_t D = 64;
+  for (int64_t Hkv : {1, 2, 4}) {
+    std::thread([&] {
+      SCOPED_TRACE("Hkv=" + std::to_string(Hkv));
+      EXPECT_EQ(attention_kept_bytes(), 0) << "a fresh thread keeps nothing";
+      std::mt19937 rng(9);
+      int64_t most = 0;
+      for (int64_t nk : {300, 1500, 700, 2100, 64}) {
+        for (int64_t window : {0, 128}) {
+          const Inputs in = make_inputs(rng, 64, nk - 64, nk, 0, {4 * Hkv, Hkv, D}, {true, window}, 0.125f, false);
+          std::vector<float> out, lse;
+          run_flash(in, ct(), out, lse);
+          most = std::max(most, nk);
+          EXPECT_LE(attention_kept_bytes(), attention_kept_bytes_bound(most, Hkv, D)) << describe(in);
+        }
+      }
+      const bool bf16_kernel = ct() == ComputeType::BF16 && bf16_attention_supported();
+      if (bf16_kernel)
+        EXPECT_GE(attention_kept_bytes(), 2 * 2 * most * Hkv * D);
+      else if (Hkv > 1)
+        EXPECT_EQ(attention_kept_bytes(), 2 * 4 * most * Hkv * D);
+    }).join();
+  }
+}
+
 #if defined(__AVX512F__)
 // The kernels' vector ln and e^x (the LSE and the sink of each row, attention_common.h) against
 // libm: ln to 2e-10 absolute (its series' truncation) over the doubles an f32 row sum can be,

@@ -387,21 +387,17 @@ void run_head_blocks(const Problem& pb) {
 // own chunk calls 1.05-1.16x at 16K tokens, 1.11-1.20x at 32K). The copy is exact and the
 // arithmetic the same, so the results are too. Short windows (head-packed blocks) read only
 // W + 15 keys a unit, from cache: there the copy would cost more than it saves. The copies are
-// kept per calling thread from call to call (one layer's K and V at most; not in the memory
-// prediction, as the bf16 kernel's are not).
+// kept per calling thread from call to call (attention_kept_bytes: in the memory prediction).
 bool packs_kv(const Problem& pb) {
   return pb.Hkv > 1 && !(pb.mask.window > 0 && pb.mask.window < kAttentionWindowBlockMaxW);
 }
 
+thread_local GrowBuf<float> packed_k, packed_v;
+
 Problem packed_kv(const Problem& pb) {
-  thread_local std::vector<float> kh, vh;
   const KeyRange r = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
   const int64_t D = pb.D, n = std::max<int64_t>(0, r.hi - r.lo), Hkv = pb.Hkv;
-  if (int64_t(kh.size()) < n * Hkv * D) {
-    kh.resize(size_t(n * Hkv * D));
-    vh.resize(size_t(n * Hkv * D));
-  }
-  float *kd = kh.data(), *vd = vh.data();
+  float *kd = packed_k.get(n * Hkv * D), *vd = packed_v.get(n * Hkv * D);
   const float *ks = n > 0 ? pb.k + r.lo * Hkv * D : pb.k, *vs = n > 0 ? pb.v + r.lo * Hkv * D : pb.v;
 #pragma omp parallel for schedule(static) collapse(2)
   for (int64_t g = 0; g < Hkv; ++g)
@@ -485,6 +481,18 @@ void flash_attention(const AttentionArgs& a) {
       run_avx2(pb))
     return;
   run(pb);
+}
+
+int64_t attention_kept_bytes() {
+  return packed_k.bytes() + packed_v.bytes() + bf16_kept_bytes() + avx2_kept_bytes();
+}
+
+int64_t attention_kept_bytes_bound(int64_t nk, int64_t Hkv, int64_t D) {
+  // The f32 kernels keep K and V in f32 for the visible keys: 8·nk·Hkv·D. The bf16 kernel keeps
+  // K with up to 16 slots of padding and a shift slot, V's slot pairs, and on AMX V transposed
+  // with slots rounded up to 16: at most (6·nk + 70)·Hkv·D.
+  const int64_t n = std::max<int64_t>(nk, 0);
+  return std::max(8 * n, 6 * n + 70) * std::max<int64_t>(Hkv, 1) * std::max<int64_t>(D, 1);
 }
 
 void set_attention_kernel(AttentionKernel kernel) { g_kernel.store(kernel); }

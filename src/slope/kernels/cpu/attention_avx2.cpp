@@ -271,6 +271,8 @@ void attend_unit(const Problem& pb, const HeadMajorKv& kv, int64_t h0, int nh, i
 
 }  // namespace
 
+thread_local GrowBuf<float> kept_k, kept_v;  // the head-major copies of K and V
+
 bool run_avx2(const Problem& pb) {
   const int64_t D = pb.D;
   // Units: 16 positions x up to kMaxHeads heads of one KV group (a group of more takes
@@ -281,7 +283,7 @@ bool run_avx2(const Problem& pb) {
   const int64_t tasks = per_kv_head * pb.Hkv;
   // The head-major copies (with one KV head, none), kept by the calling thread (GrowBuf).
   const bool pack = pb.Hkv > 1;
-  thread_local GrowBuf<float> k_buf, v_buf;
+  GrowBuf<float>&k_buf = kept_k, &v_buf = kept_v;
   float* const kp = pack ? k_buf.get(pb.Hkv * pb.nk * D) : nullptr;
   float* const vp = pack ? v_buf.get(pb.Hkv * pb.nk * D) : nullptr;
   const HeadMajorKv kv{pack ? kp : pb.k, pack ? vp : pb.v, pb.nk * D};
@@ -310,9 +312,12 @@ bool run_avx2(const Problem& pb) {
   return true;
 }
 
+int64_t avx2_kept_bytes() { return kept_k.bytes() + kept_v.bytes(); }
+
 #else
 
 bool run_avx2(const Problem&) { return false; }
+int64_t avx2_kept_bytes() { return 0; }
 
 #endif
 

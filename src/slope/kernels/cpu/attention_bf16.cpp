@@ -630,16 +630,24 @@ bool uses_amx(const Problem& pb) {
   return g_amx.load(std::memory_order_relaxed) && pb.D % 32 == 0 && cpu::amx_usable();
 }
 
+// The engine calls attention once per layer per chunk, and fresh buffers would cost a page fault
+// per 4 KiB written each time. Per thread, so that calls from several threads never share them.
+struct KeptKv {
+  GrowBuf<uint16_t> k16;  // [Hkv][slots + 16][D]
+  GrowBuf<uint32_t> vp;   // [Hkv][slot pairs][D]
+  GrowBuf<uint16_t> vt;   // [Hkv][D][slots up to 16] (AMX)
+};
+thread_local KeptKv kept_kv;
+
 void run_kernel(const Problem& pb) {
   const int64_t D = pb.D, kvstride = pb.Hkv * D, shift = pb.kv_pos0 & 1;
   const int64_t slots = pb.nk + shift, np = (slots + 1) / 2;
-  // K and V in bf16, kept by the calling thread from call to call: the engine calls attention
-  // once per layer per chunk, and fresh buffers cost a page fault per 4 KiB written each time.
-  // Per thread, so that calls from several threads never share them; the OpenMP workers below
-  // write and read them through these pointers.
-  thread_local GrowBuf<uint16_t> k16_buf;
-  thread_local GrowBuf<uint32_t> vp_buf;
-  thread_local GrowBuf<uint16_t> vt_buf;
+  // K and V in bf16, kept by the calling thread from call to call (KeptKv); the OpenMP
+  // workers below write and read them through these pointers.
+  KeptKv& kept = kept_kv;
+  GrowBuf<uint16_t>& k16_buf = kept.k16;
+  GrowBuf<uint32_t>& vp_buf = kept.vp;
+  GrowBuf<uint16_t>& vt_buf = kept.vt;
   // AMX's S tiles read up to 15 slots past a block's last key: a last head's may pass the end.
   uint16_t* const k16 = k16_buf.get((slots + 16) * kvstride);
   uint32_t* const vp = vp_buf.get(pb.Hkv * np * D);
@@ -737,6 +745,14 @@ bool run_bf16(const Problem& pb) {
   return true;
 #else
   return false;
+#endif
+}
+
+int64_t bf16_kept_bytes() {
+#if SLOPE_ATTENTION_BF16
+  return kept_kv.k16.bytes() + kept_kv.vp.bytes() + kept_kv.vt.bytes();
+#else
+  return 0;
 #endif
 }
 

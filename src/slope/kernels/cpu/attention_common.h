@@ -68,6 +68,7 @@ struct GrowBuf {
     }
     return buf.get();
   }
+  int64_t bytes() const { return cap * int64_t(sizeof(T)); }
 };
 
 // Final row values from the running state (base-2 max m, denominator l, numerator already
@@ -498,5 +499,9 @@ bool run_bf16(const Problem& pb);
 // The AVX2 + FMA kernel (attention_avx2.cpp) on pb; false, having computed nothing, where the
 // build has no AVX2 or FMA.
 bool run_avx2(const Problem& pb);
+
+// The bytes of K/V copies each kernel keeps on the calling thread (attention_kept_bytes).
+int64_t bf16_kept_bytes();
+int64_t avx2_kept_bytes();
 
 }  // namespace slope::kernels::attention_detail
