@@ -138,6 +138,10 @@ std::unique_ptr<Model> Model::load(const std::string& model_dir, const LoadOptio
     else
       load_llama_layer(wl, i, w);
     m->layers_.push_back(std::move(w));
+    // The layer's weights are packed copies now: its checkpoint pages leave this process's RSS
+    // (the embedding's, where they are read, fault back in as they are), so that what a loaded
+    // model holds, and the peak while loading, are what the memory prediction counts.
+    store.release_pages();
     if (opts.on_layer_loaded)
       opts.on_layer_loaded(i + 1 - m->opts_.first_layer, m->opts_.last_layer - m->opts_.first_layer);
   }

@@ -84,6 +84,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   ::close(fd);  // the mapping stays valid without the descriptor
   if (base == MAP_FAILED) file_error(path, "cannot mmap ", file_size, " bytes (", map_err, ")");
   mapping_ = std::shared_ptr<void>(base, [file_size](void* p) { ::munmap(p, file_size); });
+  mapping_size_ = size_t(file_size);
   const auto* bytes = static_cast<const uint8_t*>(base);
 
   uint64_t header_len = 0;
@@ -296,6 +297,15 @@ WeightStore::WeightStore(const std::string& model_dir) : dir_(model_dir) {
 }
 
 bool WeightStore::contains(const std::string& name) const { return index_.count(name) > 0; }
+
+void SafetensorsFile::release_pages() const {
+  // Advice only: where the kernel refuses it, the pages stay resident and nothing else changes.
+  ::madvise(mapping_.get(), mapping_size_, MADV_DONTNEED);
+}
+
+void WeightStore::release_pages() const {
+  for (const auto& f : files_) f->release_pages();
+}
 
 std::vector<const SafetensorsFile*> WeightStore::files() const {
   std::vector<const SafetensorsFile*> out;

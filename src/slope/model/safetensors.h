@@ -38,11 +38,16 @@ class SafetensorsFile {
   std::string_view header() const { return header_; }
   const uint8_t* data() const { return data_; }
   size_t data_size() const { return data_size_; }
+  // Drops this process's resident pages of the file (madvise MADV_DONTNEED on the read-only
+  // mapping): they leave its RSS and stay in the page cache, and a later read of a view faults
+  // them back in with the same bytes. For a loader that has copied what it needs out.
+  void release_pages() const;
 
  private:
   struct Entry { DType dtype; Shape shape; size_t begin, end; };
   std::string path_;
   std::shared_ptr<void> mapping_;  // unmaps on release
+  size_t mapping_size_ = 0;
   const uint8_t* data_ = nullptr;  // start of the byte buffer after the header
   size_t data_size_ = 0;
   std::string_view header_;  // into the mapping
@@ -64,6 +69,8 @@ class WeightStore {
   Tensor get(const std::string& name, const Shape& expected) const;
   // The files, in the order they were opened (the index's order, or the one file).
   std::vector<const SafetensorsFile*> files() const;
+  // SafetensorsFile::release_pages of every file.
+  void release_pages() const;
 
  private:
   std::string dir_;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "slope/core/error.h"
+#include "slope/core/sys.h"
 #include "slope/model/safetensors.h"
 #include "../error_of.h"
 
@@ -257,6 +258,32 @@ TEST_F(SafetensorsTest, ViewOutlivesFile) {
   EXPECT_EQ(std::memcmp(view.raw(), src.raw(), src.nbytes()), 0);
   Tensor f32 = view.to_f32();
   EXPECT_EQ(f32.numel(), 64);
+}
+
+// release_pages takes a loaded file's pages out of the process's RSS, and a view read afterwards
+// still holds the same bytes (faulted back in from the file).
+TEST_F(SafetensorsTest, ReleasedPagesLeaveTheRssAndReadBackTheSame) {
+  const std::string p = path("big.safetensors");
+  const int64_t n = int64_t{48} << 18;  // 48 MiB of f32
+  Tensor src({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) src.data<float>()[i] = float(i % 65521) - 7.f;
+  write_safetensors(p, {{"w", src}});
+  SafetensorsFile f(p);
+  const Tensor view = f.get("w");
+  const auto checksum = [&] {
+    double s = 0;
+    for (int64_t i = 0; i < n; i += 97) s += view.data<float>()[i] * double(i % 13 + 1);
+    return s;
+  };
+  const double before = checksum();  // touches every page of the tensor's 48 MiB
+  EXPECT_EQ(std::memcmp(view.raw(), src.raw(), src.nbytes()), 0);
+  const int64_t resident = current_rss_bytes();
+  f.release_pages();
+  const int64_t released = current_rss_bytes();
+  EXPECT_GE(resident - released, int64_t(src.nbytes()) * 9 / 10)
+      << "RSS " << resident << " -> " << released << " bytes";
+  EXPECT_EQ(checksum(), before);
+  EXPECT_EQ(std::memcmp(view.raw(), src.raw(), src.nbytes()), 0);
 }
 
 TEST_F(SafetensorsTest, ReadsHandWrittenHeaderWithPadding) {

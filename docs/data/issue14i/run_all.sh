@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Issue 14, ninth window: SLOPE (bf16, --bf16-units auto) and llama.cpp alternated on the same
+# models in one sequential run, each step between peak probes (timeline.txt), so that each ratio
+# has SLOPE runs on both sides of its llama.cpp run. Needs the release build, models/bench-{gpt-oss,
+# llama}-bf16, the KV venv (the GGUF converter's Python) and llama.cpp from scripts/bench_peer.sh
+# --build-only. Usage: docs/data/issue14i/run_all.sh OUT_DIR
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+out="$1"; mkdir -p "$out"
+export SLOPE_REF_VENV="${SLOPE_REF_VENV:-/root/.cache/slope/venv-kv}"
+probe() { echo "$(date -u +%H:%M:%S) $1 $(scripts/peak_probe.sh)" | tee -a "$out/timeline.txt"; }
+slope() {  # MODEL TOKENS LABEL: one prefill, one JSON line with the probes around it
+  local before after result
+  before=$(scripts/peak_probe.sh)
+  result=$(build/release/slope run --model "$1" --random-tokens "$2" --seed 1 --threads 2 --json)
+  after=$(scripts/peak_probe.sh)
+  python3 -c "import json,sys; j=json.loads(sys.argv[1]); j['label']=sys.argv[4]; j['peak_probe']=[json.loads(sys.argv[2]), json.loads(sys.argv[3])]; print(json.dumps(j))" \
+    "$result" "$before" "$after" "$3" >> "$out/slope.jsonl"
+  probe "slope-$3"
+}
+peer() {  # MODEL TOKENS FA LABEL [extra llama-bench args]
+  local m="$1" n="$2" fa="$3" label="$4"; shift 4
+  scripts/bench_peer.sh -o jsonl -r 1 --model "$m" -p "$n" --fa "$fa" "$@" | grep '^{' |
+    python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), label=sys.argv[1]))) for l in sys.stdin]" "$label" >> "$out/peer.jsonl"
+  probe "peer-$label"
+}
+lscpu > "$out/cpu.txt"
+git rev-parse HEAD > "$out/commit.txt"
+probe start
+g=models/bench-gpt-oss-bf16 l=models/bench-llama-bf16
+slope $g 4096 gpt-oss-4k-a
+peer $g 4096 0,1 gpt-oss-4k
+slope $g 4096 gpt-oss-4k-b
+peer $g 4096 1 gpt-oss-4k-fa1-again
+slope $g 4096 gpt-oss-4k-c
+slope $g 16384 gpt-oss-16k-a
+peer $g 16384 1 gpt-oss-16k -- --no-warmup
+slope $g 16384 gpt-oss-16k-b
+slope $l 4096 llama-4k-a
+peer $l 4096 0,1 llama-4k
+slope $l 4096 llama-4k-b
+build/release/slope run --model $g --random-tokens 16384 --dry-run > "$out/dry-run-16k.txt"
+probe end
