@@ -616,22 +616,30 @@ TEST_F(FlashAttentionBf16, OddHeadDimRunsTheF32Kernel) {
 
 // A NaN or Inf in a value no row may see stays out of the bf16 kernel's results: keys are
 // processed in pairs, and the key before an odd window start and the one after an odd causal
-// end are partners that no row sees.
+// end are partners that no row sees; with AMX (head_dim 64) the tiles take runs of 32 key slots,
+// which pass the last visible key, and head-packed window blocks (4 query heads on one KV head)
+// run on them too.
 TEST_F(FlashAttentionBf16, UnseenPartnerKeysStayOut) {
   std::mt19937 rng(8);
-  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
-    // 50 queries at 101..150 (one query block), keys at 0..199: the window 5 makes key 97 the
-    // first visible one (odd: paired with 96) and 150 the last (even: paired with 151).
-    Inputs in = make_inputs(rng, 50, 101, 200, 0, {2, 1, 16}, {true, 5}, 0.25f, false);
-    for (int64_t j : {int64_t{96}, int64_t{151}})
-      for (int64_t d = 0; d < 16; ++d) in.v[j * 16 + d] = bad;
-    // Only keys 97..150 are visible to any row, so the reference is finite.
-    std::vector<float> out, lse;
-    run_flash(in, ComputeType::BF16, out, lse);
-    for (size_t t = 0; t < out.size(); ++t)
-      ASSERT_TRUE(std::isfinite(out[t])) << "element " << t << ": " << out[t];
-    expect_matches(in, ComputeType::BF16, out, lse);
-  }
+  for (const AttentionShape shape : {AttentionShape{2, 1, 16}, AttentionShape{4, 1, 64},
+                                     AttentionShape{2, 2, 64}, AttentionShape{1, 1, 64}})
+    for (const AttentionMask mask : {AttentionMask{true, 5}, AttentionMask{true, 0}})
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+        // 50 queries at 101..150, keys at 0..199: the window 5 makes key 97 the first visible
+        // one (odd: paired with 96), and 150 is the last (even: paired with 151).
+        Inputs in = make_inputs(rng, 50, 101, 200, 0, shape, mask, 0.25f, false);
+        SCOPED_TRACE(describe(in));
+        const int64_t first = mask.window > 0 ? 97 : 0, Hkv = shape.num_kv_heads, D = shape.head_dim;
+        for (int64_t j = 0; j < 200; ++j)
+          if (j < first || j > 150)
+            for (int64_t x = 0; x < Hkv * D; ++x) in.v[j * Hkv * D + x] = bad;
+        // Only keys first..150 are visible to any row, so the reference is finite.
+        std::vector<float> out, lse;
+        run_flash(in, ComputeType::BF16, out, lse);
+        for (size_t t = 0; t < out.size(); ++t)
+          ASSERT_TRUE(std::isfinite(out[t])) << "element " << t << ": " << out[t];
+        expect_matches(in, ComputeType::BF16, out, lse);
+      }
 }
 
 // On the f32 units BF16 is the f32 kernel, bit for bit, on every mask, head layout and sinks,
