@@ -1,7 +1,13 @@
-# Shared by run_all.sh and run_llama16k.sh (sourced, with $out set): the peak probe after each
+# Shared by run_all.sh and run_llama16k.sh, and issue14j's scripts (sourced, with $out set): the run's start, the peak probe after each
 # step, one SLOPE prefill as one JSON line with the probes around it, and one llama.cpp run.
 export SLOPE_REF_VENV="${SLOPE_REF_VENV:-/root/.cache/slope/venv-kv}"
 probe() { echo "$(date -u +%H:%M:%S) $1 $(scripts/peak_probe.sh)" | tee -a "$out/timeline.txt"; }
+begin() {  # the run's cpu.txt and commit.txt, and its first probe
+  mkdir -p "$out"
+  lscpu > "$out/cpu.txt"
+  git rev-parse HEAD > "$out/commit.txt"
+  probe start
+}
 slope() {  # MODEL TOKENS LABEL: one prefill, one JSON line with the probes around it
   local before after result
   before=$(scripts/peak_probe.sh)

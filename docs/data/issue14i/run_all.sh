@@ -6,11 +6,9 @@
 # --build-only. Usage: docs/data/issue14i/run_all.sh OUT_DIR
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-out="$1"; mkdir -p "$out"
+out="$1"
 source "docs/data/issue14i/helpers.sh"
-lscpu > "$out/cpu.txt"
-git rev-parse HEAD > "$out/commit.txt"
-probe start
+begin
 g=models/bench-gpt-oss-bf16 l=models/bench-llama-bf16
 slope $g 4096 gpt-oss-4k-a
 peer $g 4096 0,1 gpt-oss-4k
