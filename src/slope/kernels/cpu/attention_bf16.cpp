@@ -91,8 +91,8 @@ constexpr int kBk = 64;
 static_assert(kBk == kAttentionBlockK && kBk % 2 == 0, "attention.h states the tiles");
 // Key blocks on AMX: 160 keys, a multiple of 32 (the tiles' PV runs). A block's fixed work (the
 // row max and rescaling of Ot, the Ot tiles' loads and stores, the edge runs) then comes once
-// per 160 keys instead of 64: causal calls 7-14% faster here, and one block holds all the W + 16
-// slots of a head-packed window unit at W = 128. The blocks visit the same keys as 64-key ones
+// per 160 keys instead of 64 (with 128, 256 and 512 about the same), and one block holds all the
+// W + 16 slots of a head-packed window unit at W = 128 (docs/performance.md, tenth window). The blocks visit the same keys as 64-key ones
 // (those some row of the unit sees), so the planner's tile counts (kAttentionBlockK) still hold.
 constexpr int kAmxBk = 160;
 constexpr int kMaxBk = std::max(kBk, kAmxBk);
