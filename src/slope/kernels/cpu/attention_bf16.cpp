@@ -92,8 +92,9 @@ static_assert(kBk == kAttentionBlockK && kBk % 2 == 0, "attention.h states the t
 // Key blocks on AMX: 160 keys, a multiple of 32 (the tiles' PV runs). A block's fixed work (the
 // row max and rescaling of Ot, the Ot tiles' loads and stores, the edge runs) then comes once
 // per 160 keys instead of 64 (with 128, 256 and 512 about the same), and one block holds all the
-// W + 16 slots of a head-packed window unit at W = 128 (docs/performance.md, tenth window). The blocks visit the same keys as 64-key ones
-// (those some row of the unit sees), so the planner's tile counts (kAttentionBlockK) still hold.
+// W + 16 slots of a head-packed window unit at W = 128 (docs/performance.md, tenth window). The
+// blocks visit the same keys as 64-key ones (those some row of the unit sees), so the planner's
+// tile counts (kAttentionBlockK) still hold.
 constexpr int kAmxBk = 160;
 constexpr int kMaxBk = std::max(kBk, kAmxBk);
 static_assert(16 * kMaxQueryVectors == kAttentionBlockQ, "attention.h states the tiles");
@@ -524,7 +525,10 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   const int64_t start = range.lo < range.hi ? range.lo & ~int64_t{1} : range.hi;
   // The first key block's PV writes Ot; with none, Ot stays 0.
   if (start >= range.hi) std::memset(ot, 0, sizeof(float) * D * kBq);
-  const int64_t bk = kv.vt ? kAmxBk : kBk;
+  // 32-row window units of one head (kBands) keep 64-key blocks: their blocks that are not full
+  // run on the vector band kernels, and longer blocks would leave fewer of them full.
+  constexpr bool kBands = !kPacked && kQV == kWindowQueryVectors;
+  const int64_t bk = kv.vt && !kBands ? kAmxBk : kBk;
   for (int64_t j0 = start; j0 < range.hi; j0 += bk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(bk, range.hi - j0));
     const int npairs = (nkeys + 1) / 2;
@@ -545,7 +549,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     // A window block's edge tiles are triangles: there each query vector computes only the
     // keys some row of it sees (its band; for PV the key pairs holding them), the others'
     // scores are masked to -inf below and their probabilities and products skipped.
-    const bool banded = !kPacked && kQV == kWindowQueryVectors && !full;
+    const bool banded = kBands && !full;
     Band band[kQV], pband[kQV];
     Segment seg[3], pseg[3];
     int nseg = 0, npseg = 0;
@@ -568,7 +572,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       for (int j = 0; j < nkeys; j += kNB)
         dispatch_nb<Tiles<QV>::template Qk, kNB>(std::min(kNB, nkeys - j), qp, kb + j * D, D, Dh,
                                                  st + j * kBq);
-    } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
+    } else if constexpr (kBands) {
       qk_bands<Tiles, kBq, kNB>(seg, nseg, qp, kb, D, Dh, st);
     }
 
@@ -651,7 +655,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
 #endif
     } else if (!banded) {
       pv_vectors(0, npairs, keep_first, keep_last, pv_alpha);
-    } else if constexpr (!kPacked && kQV == kWindowQueryVectors) {
+    } else if constexpr (kBands) {
       for (int64_t d = 0; d < D; d += kNB)
         dispatch_nb<Tiles<QV>::template PvBands, kNB>(
             static_cast<int>(std::min<int64_t>(kNB, D - d)), pp, npairs, pseg, npseg, vb + d, D,
