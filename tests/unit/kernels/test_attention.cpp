@@ -860,7 +860,8 @@ std::vector<float> exp2_inputs() {
   return xs;
 }
 
-[[maybe_unused]] void check_exp2(const std::vector<float>& xs, const std::vector<float>& got) {
+[[maybe_unused]] void check_exp2(const std::vector<float>& xs, const std::vector<float>& got,
+                                  double rel = 2e-7) {
   for (size_t i = 0; i < xs.size(); ++i) {
     const float x = xs[i], y = got[i];
     if (std::isnan(x)) {
@@ -869,7 +870,7 @@ std::vector<float> exp2_inputs() {
       EXPECT_EQ(y, 0.0f) << "2^" << x;
     } else {
       EXPECT_EQ(std::fpclassify(y), FP_NORMAL) << "2^" << x << " = " << y;
-      EXPECT_NEAR(y, std::exp2(double(x)), 2e-7 * std::exp2(double(x))) << "2^" << x;
+      EXPECT_NEAR(y, std::exp2(double(x)), rel * std::exp2(double(x))) << "2^" << x;
     }
   }
 }
@@ -882,6 +883,32 @@ TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
   for (size_t i = 0; i < xs.size(); i += 16)
     _mm512_storeu_ps(got.data() + i, cpu::exp2_ps(_mm512_loadu_ps(xs.data() + i)));
   check_exp2(xs, got);
+}
+#endif
+
+#if defined(__AVX512F__) && defined(__AVX512DQ__)
+// The bf16 kernel's 2^x for its weights (exp2_weights_ps): the same contract within 2.5e-7, and
+// 2^(x + k) = 2^x · 2^k exactly for integers k, which the kernel's integer running max needs (a
+// sequence split into blocks or calls rounds its weights to bf16 as one call does). The grid
+// holds the ties x = -1/2, where f is 1/2 or -1/2 by the parity of x + k: there p(1/2) must be
+// 2 p(-1/2) to the last bit (a degree-4 fit is not).
+TEST(AttentionSoftmax, Exp2WeightsMatchesLibmAndScalesExactly) {
+  const std::vector<float> xs = exp2_inputs();
+  std::vector<float> got(xs.size());
+  for (size_t i = 0; i < xs.size(); i += 16)
+    _mm512_storeu_ps(got.data() + i, cpu::exp2_weights_ps(_mm512_loadu_ps(xs.data() + i)));
+  check_exp2(xs, got, 2.5e-7);
+  // x in (-1, 0] on a 2^-16 grid, so that x + k is exact for every k down to -124.
+  alignas(64) float x[16], y[16], yk[16];
+  for (int i0 = 0; i0 < 65536; i0 += 16) {
+    for (int l = 0; l < 16; ++l) x[l] = -static_cast<float>(i0 + l) / 65536.0f;
+    _mm512_store_ps(y, cpu::exp2_weights_ps(_mm512_load_ps(x)));
+    for (int k = -124; k <= 0; k += 31) {
+      _mm512_store_ps(yk, cpu::exp2_weights_ps(_mm512_add_ps(_mm512_load_ps(x), _mm512_set1_ps(k))));
+      for (int l = 0; l < 16; ++l)
+        ASSERT_EQ(yk[l], std::ldexp(y[l], k)) << "2^(" << x[l] << " + " << k << ")";
+    }
+  }
 }
 #endif
 

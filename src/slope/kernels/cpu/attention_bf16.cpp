@@ -71,7 +71,7 @@
 #include "slope/kernels/cpu/exp2_avx512.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
-    defined(__AVX512BF16__)
+    defined(__AVX512DQ__) && defined(__AVX512BF16__)
 #define SLOPE_ATTENTION_BF16 1
 #include <immintrin.h>
 #else
@@ -606,7 +606,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       // Subtract 0 for rows that still see nothing, so their 2^(s - m) is 2^-inf = 0, not NaN.
       muse[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(mx[v], neg_inf, _CMP_EQ_OQ), mx[v],
                                      _mm512_setzero_ps());
-      alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse[v]));
+      alpha[v] = cpu::exp2_ps(_mm512_sub_ps(m[v], muse[v]));  // an exact power of 2
       sum[v] = _mm512_setzero_ps();
     }
     // P = 2^(c·S - m), summed in f32 and packed to bf16 key pairs for PV (banded: only the
@@ -617,9 +617,9 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
       for (int v = 0; v < kQV; ++v) {
         if (banded && (i < pband[v].lo || i >= pband[v].hi)) continue;
         const __m512 e0 =
-            cpu::exp2_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + 16 * v)), muse[v]));
+            cpu::exp2_weights_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + 16 * v)), muse[v]));
         const __m512 e1 =
-            second ? cpu::exp2_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + kBq + 16 * v)), muse[v]))
+            second ? cpu::exp2_weights_ps(_mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + kBq + 16 * v)), muse[v]))
                    : _mm512_setzero_ps();
         sum[v] = _mm512_add_ps(sum[v], _mm512_add_ps(e0, e1));
         _mm512_store_si512(pp + i * kBq + 16 * v, pair_up(e0, e1));
