@@ -318,11 +318,11 @@ void qk_amx(const uint32_t* qp, const uint16_t* k, int64_t D, int nkeys, float* 
   tile_fence();
 }
 
-// ot[d][·] = (zero ? 0 : ot[d][·]) + Σ_i vt[d][2i .. 2i + 1] · pp[i][·] over the key pairs
-// p0 <= i < p0 + 16·nch of a block; vt: the block's slot 0 of head dim 0 in Vt, rows (head
-// dims) sp slots apart; pp: [pairs][kBq].
+// ot[d][·] = (zero ? 0 : ot[d][·]) + Σ_i vt_c[d][2i' .. 2i' + 1] · pp[i][·] over a block's key
+// pairs i = 16c + i' (0 <= i' < 16) of the runs 0 <= c < nch; vt_c: run c's 32 slots of head dim 0,
+// rows (head dims) stride_c slots apart; pp: [pairs][kBq].
 template <int QV>
-void pv_amx(const uint32_t* pp, int p0, int nch, const uint16_t* vt, int64_t sp, int64_t D,
+void pv_amx(const uint32_t* pp, int nch, const uint16_t* const* vt, const int64_t* stride, int64_t D,
             bool zero, float* ot) {
   constexpr int kBq = 16 * QV;
   tile_fence();
@@ -335,10 +335,9 @@ void pv_amx(const uint32_t* pp, int p0, int nch, const uint16_t* vt, int64_t sp,
         tile_load<v()>(o + 16 * v(), 4 * kBq);
     });
     for (int c = 0; c < nch; ++c) {
-      const int i = p0 + 16 * c;
-      _tile_loadd(4, vt + d * sp + 2 * i, 2 * sp);
+      _tile_loadd(4, vt[c] + d * stride[c], 2 * stride[c]);
       each_vector<QV>([&](auto v) {
-        _tile_loadd(5, pp + i * kBq + 16 * v(), 4 * kBq);
+        _tile_loadd(5, pp + 16 * c * kBq + 16 * v(), 4 * kBq);
         tile_dp<v()>();
       });
     }
@@ -402,12 +401,12 @@ struct Scratch {
   explicit Scratch(int64_t D)
       : qp(alloc<uint32_t>(D / 2 * kBq)), ot(alloc<float>(D * kBq)),
         st(alloc<float>(int64_t{kMaxBk} * kBq)), pp(alloc<uint32_t>(int64_t{kMaxBk} / 2 * kBq)),
-        vte(alloc<uint16_t>(D * 32)) {}
+        vte(alloc<uint16_t>(2 * D * 32)) {}
   Buf<uint32_t> qp;  // [D/2][kBq]  query pairs (bf16)
   Buf<float> ot;     // [D][kBq]    running numerator
   Buf<float> st;     // [kMaxBk][kBq]  unscaled scores
   Buf<uint32_t> pp;  // [kMaxBk/2][kBq] probability pairs (bf16)
-  Buf<uint16_t> vte; // [D][32]     AMX: an edge run's Vᵀ slots, those no row sees 0 (pv_amx_block)
+  Buf<uint16_t> vte; // [2][D][32]  AMX: the edge runs' Vᵀ slots, those no row sees 0 (pv_amx_block)
 };
 
 // K and V of one call in bf16, indexed by key slot: slot j is key j - shift, so that key pairs
@@ -430,38 +429,41 @@ struct PackedKv {
 
 #if SLOPE_AMX
 // Ot[d][·] (+)= Σ Vᵀ · P over a key block's npairs key pairs on the tiles, in runs of 16 pairs
-// (32 slots) from slot j0; the slots some row of the block sees are [lo, hi). A run inside them
-// reads Vt as it is; an edge run (the first, whose even slot may be a key no row sees, and the
-// last, which passes the block's keys) reads a copy of its 32 slots with the others set to 0,
-// and P's pairs past npairs are set to 0, so that a NaN or Inf in a key no row may see stays
-// out, as in the vector micro-kernel. zero: Ot starts from 0 (not read).
+// (32 slots) from slot j0, in one pass over Ot; the slots some row of the block sees are [lo, hi).
+// A run inside them reads Vt as it is; an edge run (the first, whose even slot may be a key no
+// row sees, and the last, which passes the block's keys) reads a copy of its 32 slots with the
+// others set to 0 (vte, room for two), and P's pairs past npairs are set to 0, so that a NaN or
+// Inf in a key no row may see stays out, as in the vector micro-kernel. zero: Ot starts from 0
+// (not read).
 template <int QV>
 void pv_amx_block(uint32_t* pp, int npairs, const PackedKv& kv, int64_t kvh, int64_t j0,
                   int64_t lo, int64_t hi, int64_t D, bool zero, float* ot, uint16_t* vte) {
   constexpr int kBq = 16 * QV;
+  constexpr int kRuns = kMaxBk / 32;
   const int runs = (npairs + 15) / 16;
   for (int i = npairs; i < 16 * runs; ++i)
     for (int v = 0; v < QV; ++v) _mm512_store_si512(pp + i * kBq + 16 * v, _mm512_setzero_si512());
   const uint16_t* vt = kv.vt + kvh * D * kv.sp + j0;
-  // Runs [r, e) inside [lo, hi) go in one call, each other run alone.
-  for (int r = 0; r < runs;) {
+  const uint16_t* src[kRuns];
+  int64_t stride[kRuns];
+  int edges = 0;
+  for (int r = 0; r < runs; ++r) {
     const int64_t s0 = j0 + 32 * r;
     if (s0 >= lo && s0 + 32 <= hi) {
-      int e = r + 1;
-      while (e < runs && j0 + 32 * e + 32 <= hi) ++e;
-      pv_amx<QV>(pp, 16 * r, e - r, vt, kv.sp, D, zero, ot);
-      r = e;
-    } else {
-      const int a = static_cast<int>(std::clamp<int64_t>(lo - s0, 0, 32));
-      const int b = static_cast<int>(std::clamp<int64_t>(hi - s0, a, 32));
-      const auto seen = static_cast<__mmask32>(((uint64_t{1} << (b - a)) - 1) << a);
-      for (int64_t d = 0; d < D; ++d)
-        _mm512_store_si512(vte + 32 * d, _mm512_maskz_loadu_epi16(seen, vt + d * kv.sp + 32 * r));
-      pv_amx<QV>(pp + 16 * r * kBq, 0, 1, vte, 32, D, zero, ot);
-      ++r;
+      src[r] = vt + 32 * r;
+      stride[r] = kv.sp;
+      continue;
     }
-    zero = false;
+    const int a = static_cast<int>(std::clamp<int64_t>(lo - s0, 0, 32));
+    const int b = static_cast<int>(std::clamp<int64_t>(hi - s0, a, 32));
+    const auto seen = static_cast<__mmask32>(((uint64_t{1} << (b - a)) - 1) << a);
+    uint16_t* e = vte + edges++ * D * 32;  // [lo, hi) is one run of slots: at most two edges
+    for (int64_t d = 0; d < D; ++d)
+      _mm512_store_si512(e + 32 * d, _mm512_maskz_loadu_epi16(seen, vt + d * kv.sp + 32 * r));
+    src[r] = e;
+    stride[r] = 32;
   }
+  pv_amx<QV>(pp, runs, src, stride, D, zero, ot);
 }
 #endif  // SLOPE_AMX
 
