@@ -60,6 +60,11 @@ void prefill_shapes(benchmark::internal::Benchmark* b) {
       for (int ct : {0, 1}) b->Args({M, N, K, ct, 0});
   // gpt-oss expert layout ([K, N] weights) on one shape, to show layout does not matter once packed.
   for (int ct : {0, 1}) b->Args({2048, 5760, 2880, ct, 1});
+  // The MoE's expert GEMMs on the bench gpt-oss (H = I = 1024): its chunks of 128 rows
+  // (backend_cpu.cpp, kExpertRows), the smaller last chunks, and a quarter of gate_up's columns.
+  for (auto [N, K] : {std::pair<int64_t, int64_t>{2048, 1024}, {1024, 1024}})
+    for (int64_t M : {128, 64, 32, 16}) b->Args({M, N, K, 1, 0});
+  b->Args({128, 512, 1024, 1, 0});
   // Small chunks (decode-like or a short last chunk).
   for (int ct : {0, 1}) b->Args({17, 2880, 2880, ct, 0});
 }

@@ -8,10 +8,10 @@ begin() {  # the run's cpu.txt and commit.txt, and its first probe
   git rev-parse HEAD > "$out/commit.txt"
   probe start
 }
-slope() {  # MODEL TOKENS LABEL: one prefill, one JSON line with the probes around it
+slope() {  # MODEL TOKENS LABEL: one prefill (${SLOPE_BIN:-build/release/slope}), one JSON line with the probes around it
   local before after result
   before=$(scripts/peak_probe.sh)
-  result=$(build/release/slope run --model "$1" --random-tokens "$2" --seed 1 --threads 2 --json)
+  result=$("${SLOPE_BIN:-build/release/slope}" run --model "$1" --random-tokens "$2" --seed 1 --threads 2 --json)
   after=$(scripts/peak_probe.sh)
   python3 -c "import json,sys; j=json.loads(sys.argv[1]); j['label']=sys.argv[4]; j['peak_probe']=[json.loads(sys.argv[2]), json.loads(sys.argv[3])]; print(json.dumps(j))" \
     "$result" "$before" "$after" "$3" >> "$out/slope.jsonl"
