@@ -69,6 +69,41 @@ void prefill_shapes(benchmark::internal::Benchmark* b) {
   for (int ct : {0, 1}) b->Args({17, 2880, 2880, ct, 0});
 }
 
+// A MoE's expert GEMMs as one thread runs them (backend_cpu.cpp): E Linears of one shape, each
+// taking `chunks` calls of M rows in turn before the next, so that each expert's packed weights
+// come back from L3 or memory, not stay in the core's caches as BM_Linear's one weight does.
+// args: M, N, K, E, chunks (bf16).
+void BM_LinearExperts(benchmark::State& state) {
+  const int64_t M = state.range(0), N = state.range(1), K = state.range(2), E = state.range(3),
+                chunks = state.range(4);
+  std::vector<Linear> experts;
+  for (int64_t e = 0; e < E; ++e) {
+    const auto w = random_floats(N * K, uint32_t(10 + e));
+    experts.emplace_back(w.data(), slope::DType::F32, WeightLayout::OutIn, N, K, nullptr,
+                         ComputeType::BF16);
+  }
+  const auto x = random_floats(M * K, 3);
+  std::vector<float> y(M * N);
+  for (const Linear& lin : experts) lin.forward(x.data(), M, y.data());
+  for (auto _ : state)
+    for (const Linear& lin : experts)
+      for (int64_t c = 0; c < chunks; ++c) {
+        lin.forward(x.data(), M, y.data());
+        benchmark::DoNotOptimize(y.data());
+      }
+  state.counters["GFLOP/s"] = benchmark::Counter(2.0 * M * N * K * E * chunks * 1e-9,
+                                                 benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["threads"] = slope::num_threads();
+}
+BENCHMARK(BM_LinearExperts)
+    ->ArgNames({"M", "N", "K", "E", "chunks"})
+    ->Args({128, 2048, 1024, 1, 4})
+    ->Args({128, 2048, 1024, 8, 4})
+    ->Args({128, 1024, 1024, 1, 4})
+    ->Args({128, 1024, 1024, 8, 4})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_Linear)
     ->ArgNames({"M", "N", "K", "bf16", "InOut"})
     ->Apply(prefill_shapes)
