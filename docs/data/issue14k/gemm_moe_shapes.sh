@@ -11,4 +11,7 @@ echo "probe $(scripts/peak_probe.sh)"
 echo "one thread, alone"; run 1 0
 echo "one thread on each core at once (core 1, then core 0)"; run 1 0 > /tmp/gemm_core0.txt & run 1 1; wait; cat /tmp/gemm_core0.txt
 echo "two threads"; run 2 0,1
+echo "experts in turn, one thread"
+OMP_NUM_THREADS=1 taskset -c 0 build/release/bench/bench_gemm --benchmark_filter=BM_LinearExperts \
+  --benchmark_min_time=0.5 2>/dev/null | grep -oE '^BM_LinearExperts/[^ ]*|GFLOP/s=[0-9.k]+' | paste -d' ' - -
 echo "probe $(scripts/peak_probe.sh)"
