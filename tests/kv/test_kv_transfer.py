@@ -286,9 +286,12 @@ def test_serve_key_push_lease_concurrent():
         check("slope_kv_leased_bytes 0" in metrics, "no leased KV bytes after the expiry")
 
         # A pull while the next prefill runs: the service's threads are not the engine's. Whether
-        # the pull ends first is a race on a busy machine (the long prefill takes a fraction of a
-        # second here), so up to 20 tries; a service that waited for the engine would lose them all.
+        # the pull lands inside the pass is a race: the long prefill's pass took 30-45 ms on an AMX
+        # machine (a 2 ms pull), longer on slower ones, and a busy machine delays its start. So the
+        # pull starts 5 to 80 ms after the request, a different delay each try, up to 20 tries; a
+        # service that waited for the engine would lose them all.
         long_prompt = [int(x) for x in np.random.default_rng(7).integers(0, 512, 4096)]
+        delays = [0.005, 0.01, 0.02, 0.04, 0.08]
         for attempt in range(20):
             kv = prefill(srv, tokens, headers=auth)["kv"]
             done = {}
@@ -299,7 +302,7 @@ def test_serve_key_push_lease_concurrent():
 
             t = threading.Thread(target=long_prefill)
             t.start()
-            time.sleep(0.05)
+            time.sleep(delays[attempt % len(delays)])
             began = time.time()
             cache = slope_client.pull(kv, api_key=key)
             pulled = time.time()
