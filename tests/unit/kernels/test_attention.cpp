@@ -876,13 +876,18 @@ std::vector<float> exp2_inputs() {
 }
 
 #if defined(__AVX512F__)
+// f over xs (a multiple of 16 long), 16 lanes at a time.
+std::vector<float> map_avx512(const std::vector<float>& xs, __m512 (*f)(__m512)) {
+  std::vector<float> got(xs.size());
+  for (size_t i = 0; i < xs.size(); i += 16)
+    _mm512_storeu_ps(got.data() + i, f(_mm512_loadu_ps(xs.data() + i)));
+  return got;
+}
+
 // The softmax's 2^x (exp2_avx512.h).
 TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
   const std::vector<float> xs = exp2_inputs();
-  std::vector<float> got(xs.size());
-  for (size_t i = 0; i < xs.size(); i += 16)
-    _mm512_storeu_ps(got.data() + i, cpu::exp2_ps(_mm512_loadu_ps(xs.data() + i)));
-  check_exp2(xs, got);
+  check_exp2(xs, map_avx512(xs, cpu::exp2_ps));
 }
 #endif
 
@@ -894,10 +899,7 @@ TEST(AttentionSoftmax, Exp2MatchesLibmAndGivesNoDenormal) {
 // 2 p(-1/2) to the last bit (a degree-4 fit is not).
 TEST(AttentionSoftmax, Exp2WeightsMatchesLibmAndScalesExactly) {
   const std::vector<float> xs = exp2_inputs();
-  std::vector<float> got(xs.size());
-  for (size_t i = 0; i < xs.size(); i += 16)
-    _mm512_storeu_ps(got.data() + i, cpu::exp2_weights_ps(_mm512_loadu_ps(xs.data() + i)));
-  check_exp2(xs, got, 2.5e-7);
+  check_exp2(xs, map_avx512(xs, cpu::exp2_weights_ps), 2.5e-7);
   // x in (-1, 0] on a 2^-16 grid, so that x + k is exact for every k down to -124.
   alignas(64) float x[16], y[16], yk[16];
   for (int i0 = 0; i0 < 65536; i0 += 16) {
