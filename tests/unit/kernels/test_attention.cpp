@@ -800,10 +800,11 @@ TEST_P(FlashAttention, KeptCopiesStayWithinTheBound) {
         }
       }
       const bool bf16_kernel = ct() == ComputeType::BF16 && bf16_attention_supported();
-      if (bf16_kernel)
+      if (bf16_kernel) {
         EXPECT_GE(attention_kept_bytes(), 2 * 2 * most * Hkv * D);
-      else if (Hkv > 1)
+      } else if (Hkv > 1) {
         EXPECT_EQ(attention_kept_bytes(), 2 * 4 * most * Hkv * D);
+      }
     }).join();
   }
 }
