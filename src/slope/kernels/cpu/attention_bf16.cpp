@@ -648,7 +648,12 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     };
     if (kv.vt && !banded) {
 #if SLOPE_AMX
-      if (pv_alpha)
+      // The running max is an integer that settles after the first blocks: then every α is 1
+      // and Ot is left as it is.
+      __mmask16 settled = 0xffff;
+      for (int v = 0; v < kQV; ++v)
+        settled &= _mm512_cmp_ps_mask(alpha[v], _mm512_set1_ps(1.0f), _CMP_EQ_OQ);
+      if (pv_alpha && settled != 0xffff)
         for (int64_t d = 0; d < D; ++d)
           for (int v = 0; v < kQV; ++v) {
             float* o = ot + d * kBq + 16 * v;
