@@ -142,9 +142,10 @@ TEST(CpuBackend, MoeExpertsFusedEqualsComposedAndReference) {
         omp_set_num_threads(threads);
         fused = h0;
         ops::cpu().moe_experts(gate_up, down, g, x.data(), H, I, alpha, limit, fused.data());
-        if (!chunked)
+        if (!chunked) {  // braces: gtest's ASSERT macros would leave the else of an if/else dangling
           for (int64_t i = 0; i < n * H; ++i)
             ASSERT_EQ(fused[i], composed[i]) << "bf16=" << bf16 << " threads=" << threads << " i=" << i;
+        }
         for (int64_t i = 0; i < n * H; ++i)
           ASSERT_NEAR(fused[i], ref[i], tol * mag[i] + 1e-3) << "bf16=" << bf16 << " threads=" << threads << " i=" << i;
       }
