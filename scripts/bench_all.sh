@@ -10,6 +10,7 @@ log kernels
 build/release/bench/bench_peak > bench-results/peak.txt 2>&1
 build/release/bench/bench_attention --benchmark_min_time=0.5 > bench-results/attention.txt 2>&1
 build/release/bench/bench_gemm --benchmark_min_time=0.3 > bench-results/gemm.txt 2>&1
+OMP_NUM_THREADS=2 build/release/bench/bench_moe > bench-results/moe.txt 2>&1
 log "end to end, one rank"
 OUT=bench-results/e2e.jsonl scripts/bench_e2e.sh "1024 4096 16384 32768" "bf16 f32" gpt-oss
 log "parallel schemes, shared memory"
