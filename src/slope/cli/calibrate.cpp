@@ -105,6 +105,7 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
   j["engine"] = {{"attention_dtype", f.attention_dtype},
                  {"wire_bytes", 4},
                  {"gemm_rows", f.block_rows},
+                 {"moe_rows", f.moe_rows},
                  {"unfused_elementwise", true},
                  {"elementwise_gbs", f.elementwise_gbs},
                  {"attention_block_q", kernels::kAttentionBlockQ},
@@ -120,8 +121,9 @@ void write_engine(nlohmann::json& j, const EngineFigures& f, const model::ModelC
   // GEMMs at the model's shapes replace the 2048^3 figure for the dtype the engine runs.
   auto& mm = j["device"]["matmul"][f.compute_dtype];
   mm["efficiency"] = std::min(1.0, f.layer_gemm_gflops / 1e3 / mm["peak_tflops"].get<double>());
-  src.push_back({{"what", str_cat(f.compute_dtype, " GEMMs of the model's own first layers in decoder_layer_forward on a "
-                                  "block of ", f.block_rows, " rows: (token-local time - element-wise time) / GEMM FLOPs, ", who)},
+  src.push_back({{"what", str_cat(f.compute_dtype, " GEMMs of the model's own first layers in decoder_layer_forward on ",
+                                  f.layer_rows, " rows (blocks of ", f.block_rows, ", MoE calls of ", f.moe_rows,
+                                  "): (token-local time - element-wise time) / GEMM FLOPs, ", who)},
                  {"value", str_cat(f.layer_gemm_gflops, " GFLOP/s (layer ", f.layer_seconds * 1e3, " ms, element-wise ",
                                    f.elementwise_seconds * 1e3, " ms); used as the matmul rate")},
                  {"source", "slope calibrate --model"}});
@@ -171,6 +173,7 @@ int cmd_calibrate(int argc, char** argv) {
   std::string dtype = kDefaultComputeDtype;
   app.add_option("--dtype", dtype, "with --model: GEMM dtype the engine runs, bf16 or f32 (slope run --dtype)");
   app.add_option("--block-rows", eng_opt.block_rows, "with --model: rows per block of token-local work (slope run --chunk)");
+  app.add_option("--moe-rows", eng_opt.moe_rows, "with --model: rows per MoE call (slope run --moe-chunk)");
   app.add_option("--attention-max-tokens", eng_opt.attention_max_tokens,
                  "with --model: longest causal attention timed for the curve (doubling from 1024)");
   // MPI first, so that under mpirun one rank prints a mistake instead of every rank.

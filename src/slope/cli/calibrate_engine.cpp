@@ -112,11 +112,12 @@ double elementwise_seconds(const model::ModelConfig& c, bool bf16, int64_t rows,
 // first layers, loaded as `slope run` loads them, through decoder_layer_forward on one rank
 // over one block of `rows` random tokens: GEMMs and element-wise kernels as they interleave in
 // a run, with the routing real hidden states give (random activations route differently and
-// ran the MoE 8% faster than a run).
-double real_layer_seconds(const model::Model& m, int64_t rows, int reps) {
+// ran the MoE 8% faster than a run). Blocks of `chunk` rows, MoE calls of `moe_chunk`.
+double real_layer_seconds(const model::Model& m, int64_t rows, int64_t chunk, int64_t moe_chunk, int reps) {
   const model::ModelConfig& c = m.config();
   Ledger times;
-  model::LayerContext ctx = m.layer_context(rows, &times);
+  model::LayerContext ctx = m.layer_context(chunk, &times);
+  ctx.moe_chunk = moe_chunk;
   model::LayerBuffers buffers;
   ctx.buffers = &buffers;
   ops::LocalAttention runner;
@@ -215,6 +216,7 @@ void check_engine_options(const EngineOptions& opt) {
   SLOPE_CHECK(opt.compute_dtype == "fp32" || opt.compute_dtype == "bf16", "--dtype must be f32 or bf16, got '",
               opt.compute_dtype, "'");
   SLOPE_CHECK(opt.block_rows >= 1, "--block-rows must be at least 1, got ", opt.block_rows);
+  SLOPE_CHECK(opt.moe_rows >= 1, "--moe-rows must be at least 1, got ", opt.moe_rows);
   SLOPE_CHECK(opt.attention_max_tokens >= 1024, "--attention-max-tokens must be at least 1024, got ",
               opt.attention_max_tokens);
 }
@@ -223,6 +225,7 @@ EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt
   const model::ModelConfig& cfg = model.config();
   EngineFigures f;
   f.block_rows = opt.block_rows;
+  f.moe_rows = opt.moe_rows;
   f.compute_dtype = opt.compute_dtype;
   f.attention_dtype = engine_attention_dtype(opt.compute_dtype);
   const kernels::ComputeType attn_ct = attention_compute(f.attention_dtype);
@@ -237,11 +240,15 @@ EngineFigures measure_engine(const model::Model& model, const EngineOptions& opt
   // layer's GEMM FLOPs. What the engine loses between kernels (thread wake-ups, cold inputs,
   // primitive look-ups) lands here, at the rate the model prices GEMMs with.
   world.barrier();
-  const double t_layer = real_layer_seconds(model, opt.block_rows, std::max(3, opt.reps));
+  // A MoE layer over one MoE call's rows (o_proj, router and experts run on the call, norm and
+  // QKV on blocks), as in a prompt at least that long.
+  f.layer_rows = cfg.is_moe() ? std::max(opt.block_rows, opt.moe_rows) : opt.block_rows;
+  const double t_layer =
+      real_layer_seconds(model, f.layer_rows, opt.block_rows, opt.moe_rows, std::max(3, opt.reps));
   f.layer_seconds = t_layer;
-  f.elementwise_seconds = t_ew;
-  const double gemm_flops = planner::linear_flops_per_token_layer(cfg) * double(opt.block_rows);
-  f.layer_gemm_gflops = gemm_flops / std::max(t_layer - t_ew, 0.5 * t_layer) / 1e9;
+  f.elementwise_seconds = t_ew * double(f.layer_rows) / double(opt.block_rows);  // of those rows
+  const double gemm_flops = planner::linear_flops_per_token_layer(cfg) * double(f.layer_rows);
+  f.layer_gemm_gflops = gemm_flops / std::max(t_layer - f.elementwise_seconds, 0.5 * t_layer) / 1e9;
 
   world.barrier();
   f.zero_fill_gbs = zero_fill_gbs(std::max(3, opt.reps));

@@ -58,6 +58,7 @@ inline constexpr int64_t kAttentionCalibratedTokens = 4096;
 struct EngineOptions {
   std::string compute_dtype = "bf16";  // GEMM dtype the engine runs (slope run --dtype)
   int64_t block_rows = 1024;           // slope run --chunk
+  int64_t moe_rows = model::kDefaultMoeChunk;  // slope run --moe-chunk
   int64_t attention_max_tokens = 32768;
   int reps = 5;
 };
@@ -66,6 +67,8 @@ struct EngineFigures {
   std::string compute_dtype;
   std::string attention_dtype;  // engine_attention_dtype(compute_dtype): the curve's kernel
   int64_t block_rows = 0;
+  int64_t moe_rows = 0;
+  int64_t layer_rows = 0;          // the rows the layer was timed on (one MoE call's for MoE)
   double layer_seconds = 0;        // one real layer's token-local work on one block
   double elementwise_seconds = 0;  // its element-wise kernels alone
   double layer_gemm_gflops = 0;    // the layer's GEMM FLOPs / (layer - element-wise) seconds

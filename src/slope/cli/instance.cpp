@@ -35,6 +35,7 @@ struct InstanceArgs {
   double timeout = parallel::kDefaultTimeoutSeconds;
   int64_t max_memory = 0;
   int64_t chunk = 1024;
+  int64_t moe_chunk = model::kDefaultMoeChunk;
   std::string kv_host = "127.0.0.1", kv_key_file;
   int kv_port_base = 0;  // > 0: rank r's KV service listens on kv_port_base + r
   std::vector<std::string> kv_push_allow;
@@ -144,6 +145,7 @@ int cmd_instance(int argc, char** argv) {
   app.add_option("--timeout", a.timeout, "seconds a rank waits for a peer before failing");
   app.add_option("--max-memory", a.max_memory, "bytes a rank may need (predicted); 0: no limit");
   app.add_option("--chunk", a.chunk, "tokens per chunk of the token-local work");
+  app.add_option("--moe-chunk", a.moe_chunk, "tokens per MoE call (slope run --moe-chunk)");
   app.add_option("--kv-host", a.kv_host, "address each rank's KV transfer service listens on");
   app.add_option("--kv-port-base", a.kv_port_base, "rank r's KV service listens on this + r (0: any free port)");
   app.add_option("--kv-key-file", a.kv_key_file, "a file of the SHA-256 digests (hex, one a line) of the API keys KV clients may send (none: no key)");
@@ -163,6 +165,7 @@ int cmd_instance(int argc, char** argv) {
     ec.timeout_s = a.timeout;
     ec.max_memory = a.max_memory;
     ec.gemm_chunk = a.chunk;
+    ec.moe_chunk = a.moe_chunk;
     engine::PrefillEngine eng(ec, *world);  // every rank throws the same error
     // Every rank serves its own KV shards (docs/kv-format.md, "Transfer protocol, version 1").
     kvx::ServiceOptions so;

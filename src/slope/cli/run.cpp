@@ -60,6 +60,7 @@ struct RunArgs {
   std::string device = "cpu";  // --device cpu|cuda
   int threads = 0;
   int64_t chunk = 1024;
+  int64_t moe_chunk = model::kDefaultMoeChunk;
   int top_k = 5;
   std::string logits_out;
   std::string kv_out;
@@ -135,10 +136,12 @@ nlohmann::json report_json(const engine::RankReport& r) {
 // The same prompt on one rank (LocalAttention), compared with the mesh's logits and KV.
 engine::CheckResult check_against_one_rank(const model::Model& model, const std::vector<int32_t>& tokens,
                                            const engine::PrefillResult& mesh_result, const std::vector<Tensor>& k,
-                                           const std::vector<Tensor>& v, int64_t chunk, engine::CheckTolerance tol) {
+                                           const std::vector<Tensor>& v, int64_t chunk, int64_t moe_chunk,
+                                           engine::CheckTolerance tol) {
   ops::LocalAttention local;
   engine::PrefillOptions po;
   po.chunk_tokens = chunk;
+  po.moe_chunk_tokens = moe_chunk;
   const engine::PrefillResult one =
       engine::prefill(model, tokens, ops::SequenceShard::whole(int64_t(tokens.size())), local, po);
   return engine::compare_with_one_rank(mesh_result.logits, mesh_result.first_token, k, v, one.logits,
@@ -250,6 +253,7 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   RunPlan p;
   p.shape = engine::ParallelShape{a.pp, a.ring, a.ulysses, a.tp};
   SLOPE_CHECK(a.chunk > 0, "--chunk must be positive, got ", a.chunk);
+  SLOPE_CHECK(a.moe_chunk > 0, "--moe-chunk must be positive, got ", a.moe_chunk);
   SLOPE_CHECK(a.top_k > 0, "--top-k must be positive, got ", a.top_k);
   SLOPE_CHECK(a.threads >= 0, "--threads must be positive, or 0 for the node's cores shared by its ranks; got ", a.threads);
   SLOPE_CHECK(a.pp_chunk >= -1 && (a.pp_chunk != -1 || !a.pp_chunk_given), "--pp-chunk must be a positive number of ",
@@ -299,6 +303,7 @@ RunPlan plan_run(const RunArgs& a, int world_size, int rank) {
   p.mq.batch = int(p.prompts.size());
   p.mq.pp_chunk = p.pp_chunk;
   p.mq.gemm_chunk = a.chunk;
+  p.mq.moe_chunk = a.moe_chunk;
   kernels::set_bf16_units(p.bf16_units);  // a dry run predicts the units this machine would run
   p.mq.bf16_weights = engine::bf16_weights(p.compute, kernels::bf16_units());
   check_memory(a, p.cfg, p.mq, p.shape.size(), a.dry_run && rank == 0);
@@ -356,6 +361,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
   ec.compute = compute;
   ec.bf16_units = plan.bf16_units;
   ec.gemm_chunk = a.chunk;
+  ec.moe_chunk = a.moe_chunk;
   ec.mesh.pp_chunk = pp_chunk;
   ec.timeout_s = a.timeout;
   ec.max_memory = a.max_memory;
@@ -451,7 +457,7 @@ int run(const RunArgs& a, parallel::Communicator& world) {
         model::LoadOptions whole;
         whole.compute = compute;
         if (!reference) reference = model::Model::load(a.model_dir, whole);
-        one = check_against_one_rank(*reference, prompts[b], results[b], k, v, a.chunk,
+        one = check_against_one_rank(*reference, prompts[b], results[b], k, v, a.chunk, a.moe_chunk,
                                      engine::check_tolerance(compute));
       }
       check.logits_rel_err = std::max(check.logits_rel_err, one.logits_rel_err);
@@ -606,6 +612,9 @@ int cmd_run(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--threads", a.threads, "OpenMP threads per rank (0: the node's cores shared by its ranks)");
   app.add_option("--chunk", a.chunk, "tokens per chunk of the token-local work");
+  app.add_option("--moe-chunk", a.moe_chunk,
+                 "tokens per MoE call (router and experts; at least --chunk): each routed expert reads its "
+                 "weights once a call");
   app.add_option("--top-k", a.top_k, "top logprobs to report");
   app.add_option("--logits-out", a.logits_out, "write the last position's logits (float32, little endian)");
   app.add_option("--kv-out", a.kv_out, "write each rank's KV cache (safetensors) into DIR; see docs/kv-format.md");

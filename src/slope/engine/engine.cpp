@@ -42,6 +42,7 @@ PrefillEngine::PrefillEngine(const EngineConfig& config, parallel::Communicator&
   std::string error;
   try {
     SLOPE_CHECK(config.gemm_chunk > 0, "gemm chunk must be positive, got ", config.gemm_chunk);
+    SLOPE_CHECK(config.moe_chunk > 0, "MoE chunk must be positive, got ", config.moe_chunk);
     SLOPE_CHECK(config.timeout_s > 0, "timeout must be positive, got ", config.timeout_s);
     const model::ModelConfig cfg = model::load_config(config.model_dir);
     const int64_t balance = std::max<int64_t>(1, config.balance_tokens);
@@ -105,6 +106,7 @@ void PrefillEngine::validate(const PrefillRequest& r) const {
   q.batch = int(r.prompts.size());
   q.pp_chunk = pipeline_chunk(r);
   q.gemm_chunk = config_.gemm_chunk;
+  q.moe_chunk = config_.moe_chunk;
   q.bf16_weights = bf16_weights();
   int64_t worst = 0;
   for (const RankMemory& m : estimate_memory(cfg, q)) worst = std::max(worst, m.total());
@@ -136,6 +138,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   out.pp_chunk = pipeline_chunk(request);
   PrefillOptions po;
   po.chunk_tokens = config_.gemm_chunk;
+  po.moe_chunk_tokens = config_.moe_chunk;
   po.top_k = request.top_k;
   po.keep_kv = request.keep_kv || !request.kv_id.empty();
   po.on_progress = request.on_progress;
@@ -201,6 +204,7 @@ PrefillOutput PrefillEngine::run(const PrefillRequest& request) {
   mq.batch = int(prompts.size());
   mq.pp_chunk = out.pp_chunk;
   mq.gemm_chunk = config_.gemm_chunk;
+  mq.moe_chunk = config_.moe_chunk;
   mq.bf16_weights = bf16_weights();
   mine.activation_bytes = estimate_memory(cfg, mq).at(size_t(world_.rank())).activations;
   out.reports = gather_reports(mine, world_);

@@ -43,6 +43,7 @@ struct EngineConfig {
   kernels::Bf16Units bf16_units = kernels::Bf16Units::Auto;
   int threads = 0;                                         // OpenMP threads per rank; 0: leave as set
   int64_t gemm_chunk = 1024;                               // rows per chunk of the token-local work
+  int64_t moe_chunk = model::kDefaultMoeChunk;             // rows per MoE call (at least gemm_chunk)
   double timeout_s = 300;                                  // a rank waits this long for a peer
   int64_t max_memory = 0;                                  // bytes a rank may need (predicted); 0: no limit
   int64_t balance_tokens = 4096;                           // prompt length the stages are balanced for

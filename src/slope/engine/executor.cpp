@@ -89,6 +89,7 @@ std::vector<PrefillResult> run_prefill(const model::Model& model,
 
   model::LayerBuffers layer_buffers;
   model::LayerContext base_ctx = model.layer_context(opts.chunk_tokens, nullptr);
+  base_ctx.moe_chunk = opts.moe_chunk_tokens;
   base_ctx.buffers = opts.buffers ? opts.buffers : &layer_buffers;
   struct PendingSend {
     Tensor buffer;

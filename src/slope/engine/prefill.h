@@ -17,6 +17,7 @@ namespace slope::engine {
 
 struct PrefillOptions {
   int64_t chunk_tokens = 1024;  // rows per GEMM chunk of the token-local work
+  int64_t moe_chunk_tokens = model::kDefaultMoeChunk;  // rows per MoE call (LayerContext::moe_chunk)
   int top_k = 5;                // top logprobs reported for the last position
   bool keep_kv = true;          // keep every layer's K/V (else one reused buffer)
   // Called after each decoder layer of each chunk (run_prefill): progress on a terminal.

@@ -105,6 +105,7 @@ struct MemoryQuery {
   int batch = 1;
   int64_t pp_chunk = 0;  // tokens per pipeline chunk (0: whole prompt)
   int64_t gemm_chunk = 1024;
+  int64_t moe_chunk = model::kDefaultMoeChunk;  // rows per MoE call (at least gemm_chunk)
   // Linear weights packed in bf16: a BF16 engine on the bf16 units. A BF16 engine on the f32
   // units (kernels/bf16_units.h) holds f32 copies, as an F32 one does.
   bool bf16_weights = false;

@@ -120,8 +120,10 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
 
   // Under tensor parallelism o_proj and the MLP produce partial sums over the local heads /
   // intermediate columns: they go to `partial`, are all-reduced, then added to h.
+  // o_proj and the MLP run in passes of `step` rows: the chunk, or a MoE call (ctx.moe_chunk).
+  const int64_t step = c.is_moe() ? std::max(chunk, std::min(ctx.moe_chunk, n)) : chunk;
   const bool tp = bool(ctx.tp_allreduce);
-  float* partial = tp ? LayerBuffers::reserve(ops, buf.partial, chunk * H) : nullptr;
+  float* partial = tp ? LayerBuffers::reserve(ops, buf.partial, step * H) : nullptr;
   auto add_reduced = [&](float* hr, int64_t m, Phase phase) {
     {
       auto timed = t.time(Phase::TpAllreduce);
@@ -130,8 +132,8 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
     auto timed = t.time(phase);
     ops.add_inplace(hr, partial, m * H);
   };
-  for (int64_t r = 0; r < n; r += chunk) {
-    const int64_t m = std::min(chunk, n - r);
+  for (int64_t r = 0; r < n; r += step) {
+    const int64_t m = std::min(step, n - r);
     float* hr = h + r * H;
     {
       auto timed = t.time(Phase::OProj);

@@ -378,6 +378,8 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
   // memory bandwidth.
   const double ew_rate = eng.elementwise_gbs > 0 ? eng.elementwise_gbs * 1e9 : mem_bw;
   const double gemm_rows = double(eng.gemm_rows);
+  // A MoE layer's o_proj, router and experts run on blocks of moe_rows (at least gemm_rows).
+  const double moe_rows = eng.gemm_rows > 0 && eng.moe_rows > eng.gemm_rows ? double(eng.moe_rows) : gemm_rows;
   const bool zero_fills = eng.zero_fill_gbs > 0;
 
   // Cost of one layer of window w on one rank for the chunk of queries [p, p + c).
@@ -385,7 +387,9 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     const double t = c / cp;  // tokens per rank for token-local work (TP ranks share them)
     // Token-local work runs in blocks of gemm_rows tokens (the engine's --chunk).
     const double blocks = gemm_rows > 0 ? std::ceil(t / gemm_rows) : 1.0;
-    const double t_block = gemm_rows > 0 ? std::min(t, gemm_rows) : t;
+    // o_proj, the router and the experts of a MoE layer: blocks of moe_rows tokens.
+    const double moe_blocks = moe_rows > 0 ? std::ceil(t / moe_rows) : 1.0;
+    const double moe_block = moe_rows > 0 ? std::min(t, moe_rows) : t;
     // Linear layers: each GEMM is a roofline of its FLOPs and its weight + activation bytes.
     const double proj_flops = t * 2 * model::attention_weight_params(cfg, cfg.num_heads, cfg.num_kv_heads) / TP;
     const double proj_bytes = blocks * wb.attention_per_layer / TP + t * wire * (2 * h + (2 * H + 2 * KV) * d / TP);
@@ -393,12 +397,12 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     double mlp_flops;
     if (cfg.is_moe()) {
       const double router_flops = t * model::router_flops_per_token_layer(cfg);
-      lin += roof(router_flops, mm_rate, blocks * wb.router_per_layer + t * wire * (h + E), mem_bw);
+      lin += roof(router_flops, mm_rate, moe_blocks * wb.router_per_layer + t * wire * (h + E), mem_bw);
       // Experts touched by a block of tokens choosing k of E each (uniform routing):
       // E(1 - (1 - k/E)^t); each touched expert's weights are read once per block.
-      const double touched = E * (1 - std::pow(1 - k / E, t_block));
+      const double touched = E * (1 - std::pow(1 - k / E, moe_block));
       mlp_flops = t * k * 2 * model::mlp_weight_params(cfg, cfg.intermediate_size) / TP;
-      const double mlp_bytes = blocks * touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
+      const double mlp_bytes = moe_blocks * touched * wb.expert_bytes / TP + t * k * wire * (2 * h + 3 * inter / TP);
       lin += roof(mlp_flops, expert_rate, mlp_bytes, mem_bw);
       sc.flops += router_flops;
     } else {
@@ -458,10 +462,12 @@ Prediction predict(const ModelConfig& cfg, const HardwareProfile& hw, const Mesh
     }
     if (m.tp > 1) {
       // Two all-reduces of [t, hidden] per layer (after o_proj and after the MLP), per block
-      // of gemm_rows tokens; ring all-reduce moves 2(TP-1)/TP of the buffer at the bus bandwidth.
+      // of gemm_rows tokens (moe_rows in a MoE layer); ring all-reduce moves 2(TP-1)/TP of the
+      // buffer at the bus bandwidth.
       const double bytes = t * h * wire * 2 * (TP - 1) / TP;
+      const double calls = cfg.is_moe() ? moe_blocks : blocks;
       sc.allreduce_bytes += 2 * bytes;
-      sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + blocks * (hw.node.allreduce.latency_s() + msg));
+      sc.t.tp_allreduce += 2 * (bytes / hw.node.allreduce.bytes_per_s() + calls * (hw.node.allreduce.latency_s() + msg));
     }
     sc.t.overhead += kernels * kern;
     // The attention output [t, H_tp, d] fp32 is cleared before each layer's attention.

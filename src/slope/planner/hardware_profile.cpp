@@ -166,6 +166,7 @@ HardwareProfile parse_profile(const std::string& json_text, const std::string& s
     g.attention_dtype = r.text(*e, "attention_dtype", "engine.", false);
     g.wire_bytes = r.number_or(*e, "wire_bytes", "engine.", 0.0, 0.0, 16.0);
     g.gemm_rows = int64_t(r.number_or(*e, "gemm_rows", "engine.", 0.0, 0.0, 1e9));
+    g.moe_rows = int64_t(r.number_or(*e, "moe_rows", "engine.", 0.0, 0.0, 1e9));
     if (auto u = e->find("unfused_elementwise"); u != e->end()) {
       SLOPE_CHECK(u->is_boolean(), source, ": \"engine.unfused_elementwise\" must be true or false");
       g.unfused_elementwise = u->get<bool>();

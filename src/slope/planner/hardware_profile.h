@@ -60,6 +60,10 @@ struct EngineSpec {
   // run on blocks of this many tokens, so expert GEMMs see chunk·k/E rows and TP all-reduces
   // happen once per block. 0: the whole shard at once.
   int64_t gemm_rows = 0;
+  // Rows per MoE call (slope run --moe-chunk, 4096; at least gemm_rows): the router, o_proj and
+  // the experts of a MoE layer run on blocks of this many tokens, so each touched expert's
+  // weights are read once per block and its GEMMs see moe_rows·k/E rows. 0: gemm_rows.
+  int64_t moe_rows = 0;
   // Element-wise work counted as the unfused CPU engine does it (fp32 activations between
   // kernels, bf16 conversion of every GEMM input, MoE gather / scatter-add, SwiGLU, RoPE,
   // the q/k/v split): bytes per token and layer in cost_model.cpp. False: fused kernels.

@@ -22,7 +22,7 @@ TEST(CliCalibrate, EngineObjectAtTheModelsShapes) {
   const auto out = std::filesystem::temp_directory_path() / ("slope_calibrate_" + std::to_string(getpid()) + ".json");
   const std::string model = "tests/reference/fixtures/gpt_oss/model";
   auto r = run_slope("calibrate --out " + out.string() + " --threads 1 --reps 1 --model " + model +
-                 " --block-rows 64 --attention-max-tokens 2048 --fp32-peak-per-thread 1000 --bf16-peak-per-thread 2000");
+                 " --block-rows 64 --moe-rows 96 --attention-max-tokens 2048 --fp32-peak-per-thread 1000 --bf16-peak-per-thread 2000");
   ASSERT_EQ(r.code, 0) << r.out;
   const slope::planner::HardwareProfile p = slope::planner::load_profile(out.string());
   const slope::planner::EngineSpec& e = p.engine;
@@ -30,6 +30,7 @@ TEST(CliCalibrate, EngineObjectAtTheModelsShapes) {
   EXPECT_GT(e.elementwise_gbs, 0);
   EXPECT_GT(e.zero_fill_gbs, 0);
   EXPECT_EQ(e.gemm_rows, 64);
+  EXPECT_EQ(e.moe_rows, 96);
   EXPECT_EQ(e.attention_block_q, 64);
   // Curve points at 1024 and 2048 tokens with the fixture's KV heads.
   ASSERT_EQ(e.attention_curve.size(), 2u);
@@ -56,6 +57,7 @@ TEST(CliCalibrate, BadInputSaysWhatToFix) {
       {"calibrate " + out + " --model configs/none", "cannot read configs/none"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --dtype fp16", "--dtype must be f32 or bf16"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --block-rows 0", "--block-rows must be at least 1"},
+      {"calibrate " + out + " --model configs/gpt-oss-20b --moe-rows 0", "--moe-rows must be at least 1"},
       {"calibrate " + out + " --model configs/gpt-oss-20b --attention-max-tokens 100", "--attention-max-tokens must be at least 1024"},
       {"calibrate " + out + " --model configs/gpt-oss-20b", "needs the weights, not only config.json"},
   };

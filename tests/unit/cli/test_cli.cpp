@@ -86,6 +86,9 @@ TEST(Cli, MissingModelDirectory) {
 TEST(Cli, BadFlagValues) {
   EXPECT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --dtype f8").code, 1);
   EXPECT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --chunk 0").code, 1);
+  const auto moe = sh(kSlope + " run --model " + kModel + " --random-tokens 4 --moe-chunk 0");
+  EXPECT_EQ(moe.code, 1);
+  EXPECT_NE(moe.out.find("--moe-chunk must be positive"), std::string::npos) << moe.out;
   EXPECT_EQ(sh(kSlope + " frobnicate").code, 2);
   EXPECT_EQ(sh(kSlope + " run --model " + kModel + " --random-tokens 4 --no-such-flag").code, 2);
   EXPECT_EQ(sh(kSlope + " run --random-tokens 4").code, 2);  // --model is required

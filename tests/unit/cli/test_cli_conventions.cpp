@@ -50,6 +50,7 @@ TEST(CliConventions, HelpShowsDefaultsAndOneDtypeDefault) {
   ASSERT_EQ(run.code, 0) << run.out;
   EXPECT_NE(run.out.find("--dtype TEXT=bf16"), std::string::npos) << run.out;
   EXPECT_NE(run.out.find("--chunk INT=1024"), std::string::npos) << run.out;
+  EXPECT_NE(run.out.find("--moe-chunk INT=4096"), std::string::npos) << run.out;
   auto predict = sh(kSlope + " plan --predict --help");
   ASSERT_EQ(predict.code, 0) << predict.out;
   EXPECT_NE(predict.out.find("--dtype TEXT=bf16"), std::string::npos) << predict.out;

@@ -67,7 +67,8 @@ const model::Model& load(const std::string& family, kernels::ComputeType ct) {
 
 class FixtureTest : public testing::TestWithParam<Case> {
  protected:
-  void check(kernels::ComputeType ct, double tol, bool check_kv, int64_t chunk) {
+  void check(kernels::ComputeType ct, double tol, bool check_kv, int64_t chunk,
+             int64_t moe_chunk = model::kDefaultMoeChunk) {
     const model::Model& m = load(GetParam().family, ct);
     model::SafetensorsFile ref(GetParam().file);
     Tensor tok = ref.get("tokens");
@@ -76,6 +77,7 @@ class FixtureTest : public testing::TestWithParam<Case> {
     ops::LocalAttention runner;
     engine::PrefillOptions po;
     po.chunk_tokens = chunk;
+    po.moe_chunk_tokens = moe_chunk;
     engine::PrefillResult r =
         engine::prefill(m, tokens, ops::SequenceShard::whole(int64_t(tokens.size())), runner, po);
     ASSERT_TRUE(r.has_logits);
@@ -103,6 +105,13 @@ TEST_P(FixtureTest, F32MatchesTransformers) { check(kernels::ComputeType::F32, k
 // Small chunks: the token-local work split into pieces must not change anything.
 TEST_P(FixtureTest, F32SmallChunksMatchTransformers) { check(kernels::ComputeType::F32, kF32Tol, true, 5); }
 
+// MoE calls of their own size (LayerContext::moe_chunk) apart from the chunk: smaller than the
+// prompt and not a multiple of the chunk, and no larger than the chunk (calls of chunk rows).
+TEST_P(FixtureTest, F32MoeCallsApartFromChunksMatchTransformers) {
+  check(kernels::ComputeType::F32, kF32Tol, true, 5, 7);
+  check(kernels::ComputeType::F32, kF32Tol, true, 6, 1);
+}
+
 // On each units bf16 mode can run on here (kernels/bf16_units.h), whichever it would choose.
 TEST_P(FixtureTest, Bf16WithinBound) {
   std::vector<kernels::Bf16Units> units{kernels::Bf16Units::F32};
@@ -111,6 +120,7 @@ TEST_P(FixtureTest, Bf16WithinBound) {
     SCOPED_TRACE(std::string("bf16 units: ") + kernels::bf16_units_name(u));
     kernels::set_bf16_units(u);
     check(kernels::ComputeType::BF16, kBf16Tol, false, 1024);
+    check(kernels::ComputeType::BF16, kBf16Tol, false, 5, 7);  // the bf16 experts in several calls
     kernels::set_bf16_units(kernels::Bf16Units::Auto);
   }
 }

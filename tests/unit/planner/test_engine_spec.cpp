@@ -160,6 +160,20 @@ TEST(EngineSpec, WireBytesAndRowBlocks) {
   const Prediction m =
       predict(tiny_dense(), engine_profile(R"({"gemm_rows": 100, "message_overhead_us": 5})"), Mesh{1, 1, 1, 2, 0}, 1000);
   expect_rel(m.phases.tp_allreduce, 4 * (128e-6 + 10 * 8e-6));
+  // A MoE layer's o_proj and MLP run in calls of moe_rows (250: 4 calls of 1000 tokens), so its
+  // all-reduces pay the latency 4 times; tiny_moe has tiny_dense's hidden size and layers.
+  const Prediction e = predict(tiny_moe(), engine_profile(R"({"gemm_rows": 100, "moe_rows": 250})"),
+                               Mesh{1, 1, 1, 2, 0}, 1000);
+  expect_rel(e.allreduce_bytes, 512000);
+  expect_rel(e.phases.tp_allreduce, 4 * (128e-6 + 4 * 3e-6));
+  // moe_rows below gemm_rows is gemm_rows (a call is at least a block): 10 calls.
+  const Prediction b = predict(tiny_moe(), engine_profile(R"({"gemm_rows": 100, "moe_rows": 50})"),
+                               Mesh{1, 1, 1, 2, 0}, 1000);
+  expect_rel(b.phases.tp_allreduce, 4 * (128e-6 + 10 * 3e-6));
+  // Fewer calls read the experts' weights fewer times: the linear phase does not grow.
+  const Prediction one = predict(tiny_moe(), engine_profile(R"({"gemm_rows": 100})"), Mesh{}, 1000);
+  const Prediction calls = predict(tiny_moe(), engine_profile(R"({"gemm_rows": 100, "moe_rows": 1000})"), Mesh{}, 1000);
+  EXPECT_LE(calls.phases.linear, one.phases.linear);
 }
 
 TEST(EngineSpec, UnfusedElementwiseBytes) {
