@@ -155,9 +155,9 @@ std::vector<RankMemory> estimate_memory(const model::ModelConfig& c, const Memor
     // and the context-parallel exchange buffers (about the group's rows of the local heads).
     const int64_t rows = q.pp_chunk > 0 ? std::min(m.tokens / q.batch, (q.pp_chunk + cp - 1) / cp) : m.tokens / q.batch;
     const int64_t gc = std::min(q.gemm_chunk, std::max<int64_t>(rows, 1));
-    // o_proj and the MLP pass over a MoE call's rows (layers.cpp): at least the chunk, at most
-    // the shard; the norm output and TP partial sums are that many rows.
-    const int64_t mc = c.is_moe() ? std::max(gc, std::min(q.moe_chunk, std::max<int64_t>(rows, 1))) : gc;
+    // o_proj and the MLP pass over a MoE call's rows (at least the chunk, at most the shard):
+    // the norm output and TP partial sums are that many rows.
+    const int64_t mc = model::mlp_pass_rows(c, q.gemm_chunk, q.moe_chunk, rows);
     int64_t act = rows * H * 4 * 2 + rows * Hq * D * 4 * 2 + gc * (Hq + 2 * Hkv) * D * 4 + mc * 2 * H * 4;
     act += c.is_moe() ? mc * c.experts_per_token * (2 * H + 3 * I) * 4 + mc * c.num_experts * 4
                       : gc * 3 * I * 4;

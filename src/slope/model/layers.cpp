@@ -64,6 +64,11 @@ void norm_mlp(const LayerContext& ctx, const LayerWeights& w, const float* hr, i
 
 }  // namespace
 
+int64_t mlp_pass_rows(const ModelConfig& c, int64_t chunk, int64_t moe_chunk, int64_t rows) {
+  const int64_t r = std::max<int64_t>(rows, 1), pass = std::min(chunk, r);
+  return c.is_moe() ? std::max(pass, std::min(moe_chunk, r)) : pass;
+}
+
 float* LayerBuffers::reserve(const ops::Backend& ops, Tensor& t, int64_t n) {
   if (t.empty() || t.numel() < n || t.device() != ops.device()) {
     t = Tensor();  // free before allocating the larger one
@@ -121,7 +126,7 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
   // Under tensor parallelism o_proj and the MLP produce partial sums over the local heads /
   // intermediate columns: they go to `partial`, are all-reduced, then added to h.
   // o_proj and the MLP run in passes of `step` rows: the chunk, or a MoE call (ctx.moe_chunk).
-  const int64_t step = c.is_moe() ? std::max(chunk, std::min(ctx.moe_chunk, n)) : chunk;
+  const int64_t step = mlp_pass_rows(c, chunk, ctx.moe_chunk, n);
   const bool tp = bool(ctx.tp_allreduce);
   float* partial = tp ? LayerBuffers::reserve(ops, buf.partial, step * H) : nullptr;
   auto add_reduced = [&](float* hr, int64_t m, Phase phase) {

@@ -114,6 +114,10 @@ struct LayerContext {
   LayerBuffers* buffers = nullptr;  // reused if set, else allocated per call
 };
 
+// Rows of each o_proj + MLP pass of decoder_layer_forward over `rows` tokens: chunks of `chunk`,
+// or in a MoE layer calls of `moe_chunk` (at least a chunk, at most the rows).
+int64_t mlp_pass_rows(const ModelConfig& c, int64_t chunk, int64_t moe_chunk, int64_t rows);
+
 void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeights& w, float* h,
                            const SequenceShard& q_shard, AttentionRunner& runner, float* k_cache,
                            float* v_cache, int64_t kv_row0, const SequenceShard& kv_shard);
