@@ -751,7 +751,10 @@ void run_kernel(const Problem& pb) {
 #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tasks; ++t) {
       if (packed) {
-        prefetch_for_head_block(pb, hb, t, ahead);
+        // On AMX these prefetches cost more than they hide: without them every alternated
+        // window-128 call ran 4-10% faster, chunk calls and whole ones (docs/performance.md,
+        // fifteenth window). Elsewhere they were measured in (Zen 4).
+        if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
         with_block_heads(u.nh, [&](auto nh) { attend_block<nh(), true>(pb, kv, u.h0, u.i0, s); });
         continue;
