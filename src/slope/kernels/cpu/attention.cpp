@@ -370,13 +370,10 @@ void run_head_blocks(const Problem& pb) {
 #pragma omp parallel
   {
     Scratch s(pb.D);
-    // Runs of up to 16 consecutive units (at least 8 runs a thread), as in the bf16 kernel: a
-    // thread's next unit is the next 16 positions, whose keys are all but 16 of its own.
-    const int64_t tasks = hb.count(), nthreads = omp_get_num_threads();
-    const int64_t run = std::clamp<int64_t>(tasks / (8 * nthreads), 1, 16);
+    const int64_t nthreads = omp_get_num_threads(), run = hb.run(nthreads);
     const int64_t ahead = run > 1 ? 1 : nthreads;  // the unit this thread likely takes next
 #pragma omp for schedule(dynamic, run)
-    for (int64_t t = 0; t < tasks; ++t) {
+    for (int64_t t = 0; t < hb.count(); ++t) {
       prefetch_for_head_block(pb, hb, t, ahead);
       const HeadBlock u = hb.at(t);
       with_block_heads(u.nh, [&](auto nh) { attend_block<nh(), true>(pb, u.h0, u.i0, s); });

@@ -746,12 +746,9 @@ void run_kernel(const Problem& pb) {
     // One KV head at a time (its K/V stay in the cache while all of its query heads and
     // blocks read them), later (longer) query blocks first, the GQA heads of a block together.
     const int64_t group = pb.Hq / pb.Hkv, per_kv_head = nqb * group;
-    // Head-packed blocks: HeadBlocks' order, also one KV head at a time, handed out in runs of
-    // up to 16 consecutive units (at least 8 runs a thread), so that a thread's next unit is the
-    // next 16 positions, whose keys are all but 16 of its own (window-128 calls on AMX 1.05-1.08×
-    // faster than one unit at a time: docs/performance.md, fifteenth window).
+    // Head-packed blocks: HeadBlocks' order, also one KV head at a time, in HeadBlocks::run's runs.
     const int64_t nthreads = omp_get_num_threads();
-    const int64_t run = packed ? std::clamp<int64_t>(tasks / (8 * nthreads), 1, 16) : 1;
+    const int64_t run = packed ? hb.run(nthreads) : 1;
     // The unit this thread likely takes next, for the prefetches.
     const int64_t ahead = run > 1 ? 1 : nthreads;
 #pragma omp for schedule(dynamic, run)
