@@ -472,8 +472,8 @@ void pv_amx_block(uint32_t* pp, int npairs, const PackedKv& kv, int64_t kvh, int
 // One work unit: query rows i0 .. i0 + kBq - 1 of head h, or, kPacked, rows i0 .. i0 + 15 of
 // the heads h .. h + QV - 1 of one KV group, vector v holding head h + v (HeadBlocks in
 // attention_common.h); see attend_block in attention.cpp for the f32 original. Callers
-// prefetch.
-template <int QV, bool kPacked = false>
+// prefetch. kAmx: the unit runs on the AMX tiles (kv.vt is set), in key blocks of kAmxBk.
+template <int QV, bool kPacked = false, bool kAmx = false>
 void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
   const int64_t D = pb.D, Dh = D / 2;
@@ -532,7 +532,10 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   // 32-row window units of one head (kBands) keep 64-key blocks: their blocks that are not full
   // run on the vector band kernels, and longer blocks would leave fewer of them full.
   constexpr bool kBands = !kPacked && kQV == kWindowQueryVectors;
-  const int64_t bk = kv.vt && !kBands ? kAmxBk : kBk;
+  // A compile-time block size: with a run-time one (kAmxBk or kBk per call) GCC compiled the
+  // vector path's loops over a block 1.28x slower (bf16 causal 16K on the Zen 4,
+  // docs/performance.md, sixteenth window).
+  constexpr int64_t bk = kAmx && !kBands ? kAmxBk : kBk;
   for (int64_t j0 = start; j0 < range.hi; j0 += bk) {
     const int nkeys = static_cast<int>(std::min<int64_t>(bk, range.hi - j0));
     const int npairs = (nkeys + 1) / 2;
@@ -759,7 +762,12 @@ void run_kernel(const Problem& pb) {
         // fifteenth window). Elsewhere they were measured in (Zen 4).
         if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
-        with_block_heads(u.nh, [&](auto nh) { attend_block<nh(), true>(pb, kv, u.h0, u.i0, s); });
+        with_block_heads(u.nh, [&](auto nh) {
+          if (amx)
+            attend_block<nh(), true, true>(pb, kv, u.h0, u.i0, s);
+          else
+            attend_block<nh(), true>(pb, kv, u.h0, u.i0, s);
+        });
         continue;
       }
       // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query
@@ -768,8 +776,12 @@ void run_kernel(const Problem& pb) {
       auto row0 = [&](int64_t w) { return (nqb - 1 - w % per_kv_head / group) * bq; };
       const int64_t h = head(t), i0 = row0(t), n = t + ahead;
       prefetch_for_block(pb, h, i0, bq, n < tasks ? head(n) : -1, row0(n));
-      if (qv == kWindowQueryVectors)
+      if (qv == kWindowQueryVectors && amx)
+        attend_block<kWindowQueryVectors, false, true>(pb, kv, h, i0, s);
+      else if (qv == kWindowQueryVectors)
         attend_block<kWindowQueryVectors>(pb, kv, h, i0, s);
+      else if (amx)
+        attend_block<kMaxQueryVectors, false, true>(pb, kv, h, i0, s);
       else
         attend_block<kMaxQueryVectors>(pb, kv, h, i0, s);
     }
