@@ -679,6 +679,16 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   finish_unit<kQV, kPacked>(ot, m, l, nrows, pb, h, i0);
 }
 
+// attend_block on the AMX tiles (amx) or on vdpbf16ps.
+template <int QV, bool kPacked = false>
+void attend_unit(bool amx, const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0,
+                 Scratch& s) {
+  if (amx)
+    attend_block<QV, kPacked, true>(pb, kv, h, i0, s);
+  else
+    attend_block<QV, kPacked>(pb, kv, h, i0, s);
+}
+
 std::atomic<bool> g_amx{true};
 
 // Whether this call runs QKᵀ and PV on AMX tiles.
@@ -762,12 +772,8 @@ void run_kernel(const Problem& pb) {
         // fifteenth window). Elsewhere they were measured in (Zen 4).
         if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
-        with_block_heads(u.nh, [&](auto nh) {
-          if (amx)
-            attend_block<nh(), true, true>(pb, kv, u.h0, u.i0, s);
-          else
-            attend_block<nh(), true>(pb, kv, u.h0, u.i0, s);
-        });
+        with_block_heads(u.nh,
+                         [&](auto nh) { attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s); });
         continue;
       }
       // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query
@@ -776,14 +782,10 @@ void run_kernel(const Problem& pb) {
       auto row0 = [&](int64_t w) { return (nqb - 1 - w % per_kv_head / group) * bq; };
       const int64_t h = head(t), i0 = row0(t), n = t + ahead;
       prefetch_for_block(pb, h, i0, bq, n < tasks ? head(n) : -1, row0(n));
-      if (qv == kWindowQueryVectors && amx)
-        attend_block<kWindowQueryVectors, false, true>(pb, kv, h, i0, s);
-      else if (qv == kWindowQueryVectors)
-        attend_block<kWindowQueryVectors>(pb, kv, h, i0, s);
-      else if (amx)
-        attend_block<kMaxQueryVectors, false, true>(pb, kv, h, i0, s);
+      if (qv == kWindowQueryVectors)
+        attend_unit<kWindowQueryVectors>(amx, pb, kv, h, i0, s);
       else
-        attend_block<kMaxQueryVectors>(pb, kv, h, i0, s);
+        attend_unit<kMaxQueryVectors>(amx, pb, kv, h, i0, s);
     }
 #if SLOPE_AMX
     if (amx) _tile_release();
