@@ -472,7 +472,8 @@ void pv_amx_block(uint32_t* pp, int npairs, const PackedKv& kv, int64_t kvh, int
 // One work unit: query rows i0 .. i0 + kBq - 1 of head h, or, kPacked, rows i0 .. i0 + 15 of
 // the heads h .. h + QV - 1 of one KV group, vector v holding head h + v (HeadBlocks in
 // attention_common.h); see attend_block in attention.cpp for the f32 original. Callers
-// prefetch. kAmx: the unit runs on the AMX tiles (kv.vt is set), in key blocks of kAmxBk.
+// prefetch. kAmx: the unit runs on the AMX tiles (kv.vt is set exactly then), in key blocks
+// of kAmxBk.
 template <int QV, bool kPacked = false, bool kAmx = false>
 void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, Scratch& s) {
   constexpr int kQV = QV, kBq = 16 * QV, kNB = 24 / QV;
@@ -571,7 +572,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
     }
 
     // S = K·Qᵀ for this key block, unscaled.
-    if (!banded && kv.vt) {
+    if (!banded && kAmx) {
 #if SLOPE_AMX
       qk_amx<QV>(qp, kb, D, nkeys, st);
 #endif
@@ -649,7 +650,7 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
                                                  pp + i * kBq, n, vb + i * D + d, D, kf, kl, a,
                                                  ot + d * kBq);
     };
-    if (kv.vt && !banded) {
+    if (kAmx && !banded) {
 #if SLOPE_AMX
       // The running max is an integer that settles after the first blocks: then every α is 1
       // and Ot is left as it is.
