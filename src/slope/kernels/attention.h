@@ -80,6 +80,11 @@ bool bf16_attention_supported();
 // (process-wide, for the calls that start afterwards: tests and A/B benchmarks).
 bool amx_attention_supported();
 void set_amx_attention(bool on);
+// Whether the bf16 kernel on vdpbf16ps runs the head-packed units of causal windows of a multiple
+// of 16 keys up to 160 (head_dim a multiple of 32) on the diagonals (attention_bf16.cpp), each
+// row computing only its own keys; false keeps them on the key blocks (process-wide, for the
+// calls that start afterwards: tests and A/B benchmarks).
+void set_diagonal_window_attention(bool on);
 
 // Which f32 kernel flash_attention runs. Auto: the widest the build has (AVX-512; else AVX2 +
 // FMA; else a portable one). Avx2: the AVX2 one wherever the build has AVX2 and FMA, also on an

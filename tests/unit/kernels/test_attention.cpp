@@ -188,6 +188,23 @@ void expect_split_equals_one_call(const std::vector<float>& split, const std::ve
     }
 }
 
+// As expect_split_equals_one_call where two bf16 results may round a few probabilities the other
+// way: 2^(c·s - m) in bf16 for another row max m. c·s - m is exact near the max, but for a score
+// far below it the subtraction rounds, and one time in about 2^14 the bf16 rounding of that
+// probability flips (at most 2^-8 of it, 2^-7·v_max for a whole row). Some elements, at most 1 in
+// 1000, may then differ by up to that; a wrong key or lane would move whole rows.
+void expect_equal_but_rare_flips(const std::vector<float>& a, const std::vector<float>& b, double v_max) {
+  ASSERT_EQ(a.size(), b.size());
+  size_t off = 0;
+  int bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = std::abs(double(a[i]) - b[i]);
+    if (!(d <= 2e-5 * v_max)) ++off;
+    if (!(d <= v_max / 128) && bad++ < 3) ADD_FAILURE() << "element " << i << ": " << a[i] << " against " << b[i];
+  }
+  EXPECT_LE(off, a.size() / 1000) << "elements apart by more than 2e-5·max|v|";
+}
+
 Inputs rounded_to_bf16(Inputs in) {
   for (std::vector<float>* t : {&in.q, &in.k, &in.v})
     for (float& x : *t) x = round_bf16(x);
@@ -307,6 +324,7 @@ class FlashAttention : public ::testing::TestWithParam<Variant> {
   void TearDown() override {
     set_attention_kernel(AttentionKernel::Auto);
     set_amx_attention(true);
+    set_diagonal_window_attention(true);
     set_bf16_units(Bf16Units::Auto);
   }
   ComputeType ct() const {
@@ -570,6 +588,55 @@ TEST_P(FlashAttention, WindowHeadPackedBlocks) {
         std::vector<float> out, lse;
         run_split(in, ct(), {0, a, b, nk}, out, lse);
         expect_split_equals_one_call(out, one_out, max_abs(in.v));
+      }
+      ++n;
+    }
+}
+
+// Causal windows of a multiple of 16 keys up to 160 over head_dim a multiple of 32 take the bf16
+// kernel's diagonal units on vdpbf16ps (attention_bf16.cpp: each row computes only its own W
+// keys): every head-packed unit size (groups of 2 to 8: 2, 3, 4, 3 + 2, 4 + 4 heads), windows
+// of 16 to 160 and 176 (key blocks again), head_dim 32 to 128, queries at the start of a sequence
+// (rows whose window passes the first key), in a last partial unit and far in, keys starting
+// before, at and inside the windows at odd and even positions, sinks. Each call against exact
+// attention, its keys cut into three calls merged against one call, and (bf16) the diagonal
+// units against the key blocks: the same rounded probabilities, f32 summation order only.
+TEST_P(FlashAttention, WindowDiagonalUnits) {
+  std::mt19937 rng(43);
+  int n = 0;
+  for (int64_t group : {2, 3, 4, 5, 8})
+    for (int64_t window : {16, 48, 128, 160, 176})
+      for (int placement = 0; placement < 2; ++placement) {
+      const int64_t Hkv = 1 + n % 2;
+      const AttentionShape shape{group * Hkv, Hkv, (const int64_t[]){64, 32, 128}[n % 3]};
+      const int64_t nq = (const int64_t[]){37, 16, 200, 1}[n % 4];
+      const int64_t q_pos0 = (const int64_t[]){0, 2003, 5, 4096}[(n / 2) % 4];
+      // Keys from this far before the queries (15 mod 16: the units' Ks and Vs start at the first
+      // key's slot, and a first key at an odd diagonal pairs with the slot before) or at them.
+      const int64_t before = std::min(
+          q_pos0, (const int64_t[]){0, 37, window + 21, 141, 15, 17, 47, 1}[(n + 3 * placement) % 8]);
+      const int64_t kv_pos0 = q_pos0 - before;
+      const int64_t nk = before + nq;
+      const Inputs in = make_inputs(rng, nq, q_pos0, nk, kv_pos0, shape, {true, window},
+                                    n % 3 == 0 ? 1.0f : 0.2f, n % 2 == 1);
+      SCOPED_TRACE(describe(in));
+      std::vector<float> one_out, one_lse;
+      run_flash(in, ct(), one_out, one_lse);
+      expect_matches(in, ct(), one_out, one_lse);
+      if (nk >= 4) {
+        SCOPED_TRACE("keys cut into three calls, merged, against one call");
+        const int64_t a = (nk / 3) | 1, b = std::max(a + 1, 2 * nk / 3);
+        std::vector<float> out, lse;
+        run_split(in, ct(), {0, a, b, nk}, out, lse);
+        expect_equal_but_rare_flips(out, one_out, max_abs(in.v));
+      }
+      if (ct() == ComputeType::BF16 && runs_bf16_kernel(in)) {
+        SCOPED_TRACE("diagonal units against key blocks");
+        set_diagonal_window_attention(false);
+        std::vector<float> out, lse;
+        run_flash(in, ct(), out, lse);
+        set_diagonal_window_attention(true);
+        expect_equal_but_rare_flips(out, one_out, max_abs(in.v));
       }
       ++n;
     }

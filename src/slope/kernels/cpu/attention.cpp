@@ -491,9 +491,11 @@ int64_t attention_kept_bytes() {
 int64_t attention_kept_bytes_bound(int64_t nk, int64_t Hkv, int64_t D) {
   // The f32 kernels keep K and V in f32 for the visible keys: 8·nk·Hkv·D. The bf16 kernel keeps
   // K with up to 16 slots of padding and a shift slot, V's slot pairs, and on AMX V transposed
-  // with slots rounded up to 16: at most (6·nk + 70)·Hkv·D.
+  // with slots rounded up to 16: at most (6·nk + 70)·Hkv·D. Its diagonal window units keep their
+  // Ks (2 bytes a key and dim) and Vs (4) in the buffers of K and of V's pairs, over at most
+  // nk + 47 slots: with a transposed V of an earlier call, at most (8·nk + 314)·Hkv·D.
   const int64_t n = std::max<int64_t>(nk, 0);
-  return std::max(8 * n, 6 * n + 70) * std::max<int64_t>(Hkv, 1) * std::max<int64_t>(D, 1);
+  return (std::max(8 * n, 6 * n + 70) + 320) * std::max<int64_t>(Hkv, 1) * std::max<int64_t>(D, 1);
 }
 
 void set_attention_kernel(AttentionKernel kernel) { g_kernel.store(kernel); }

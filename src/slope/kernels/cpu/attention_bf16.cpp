@@ -50,10 +50,11 @@
 // changes (tdpbf16ps, like vdpbf16ps, rounds to nearest even and flushes denormals).
 #include "slope/kernels/attention.h"
 
-// GCC 12 reports false 'may be used uninitialized' warnings inside AVX-512 intrinsics
+// GCC 12 reports false '(may be) used uninitialized' warnings inside AVX-512 intrinsics
 // (_mm512_undefined_* in the headers, GCC bug 105593).
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #endif
 
 #include <algorithm>
@@ -403,12 +404,13 @@ struct Scratch {
   explicit Scratch(int64_t D)
       : qp(alloc<uint32_t>(D / 2 * kBq)), ot(alloc<float>(D * kBq)),
         st(alloc<float>(int64_t{kMaxBk} * kBq)), pp(alloc<uint32_t>(int64_t{kMaxBk} / 2 * kBq)),
-        vte(alloc<uint16_t>(2 * D * 32)) {}
+        vte(alloc<uint16_t>(2 * D * 32)), diag(alloc<uint32_t>(3 * D / 2 * (kMaxBk + 16))) {}
   Buf<uint32_t> qp;  // [D/2][kBq]  query pairs (bf16)
   Buf<float> ot;     // [D][kBq]    running numerator
   Buf<float> st;     // [kMaxBk][kBq]  unscaled scores
   Buf<uint32_t> pp;  // [kMaxBk/2][kBq] probability pairs (bf16)
   Buf<uint16_t> vte; // [2][D][32]  AMX: the edge runs' Vᵀ slots, those no row sees 0 (pv_amx_block)
+  Buf<uint32_t> diag; // [D/2 + D][W + 16]  a diagonal unit's Ks and Vs slots (attend_diagonals)
 };
 
 // K and V of one call in bf16, indexed by key slot: slot j is key j - shift, so that key pairs
@@ -469,6 +471,35 @@ void pv_amx_block(uint32_t* pp, int npairs, const PackedKv& kv, int64_t kvh, int
 }
 #endif  // SLOPE_AMX
 
+// Qp[i][16v + r] = (q[i0 + row0(v) + r, head(v), 2i], .., 2i + 1]) in bf16 for a unit of QV
+// query vectors (attend_block's rows and heads), padded rows 0, in tiles of 16 rows x 16 pairs.
+template <int QV, bool kPacked>
+void pack_queries(const Problem& pb, int64_t h, int64_t i0, int nrows, uint32_t* qp) {
+  constexpr int kBq = 16 * QV;
+  const int64_t D = pb.D, Dh = D / 2, qstride = pb.Hq * D;
+  for (int r0 = 0; r0 < kBq; r0 += 16)
+    for (int64_t i0p = 0; i0p < Dh; i0p += 16) {
+      const int64_t d0 = 2 * i0p;
+      const int v = r0 / 16;
+      const int row0 = kPacked ? 0 : 16 * v;
+      const int64_t head = kPacked ? h + v : h;
+      __m512 t[16];
+      for (int r = 0; r < 16; ++r) {
+        if (row0 + r < nrows) {
+          const float* qr = pb.q + (i0 + row0 + r) * qstride + head * D + d0;
+          const __m512 a = _mm512_maskz_loadu_ps(first_lanes(D - d0), qr);
+          const __m512 b = _mm512_maskz_loadu_ps(first_lanes(D - d0 - 16), qr + 16);
+          t[r] = _mm512_castsi512_ps(bf16_pairs(a, b));
+        } else {
+          t[r] = _mm512_setzero_ps();
+        }
+      }
+      transpose16(t);
+      for (int c = 0; c < 16 && i0p + c < Dh; ++c)
+        _mm512_store_ps(reinterpret_cast<float*>(qp + (i0p + c) * kBq + r0), t[c]);
+    }
+}
+
 // One work unit: query rows i0 .. i0 + kBq - 1 of head h, or, kPacked, rows i0 .. i0 + 15 of
 // the heads h .. h + QV - 1 of one KV group, vector v holding head h + v (HeadBlocks in
 // attention_common.h); see attend_block in attention.cpp for the f32 original. Callers
@@ -481,34 +512,12 @@ void attend_block(const Problem& pb, const PackedKv& kv, int64_t h, int64_t i0, 
   // Query rows (positions) of the block: a packed block's vectors share them.
   const int nrows = static_cast<int>(std::min<int64_t>(kPacked ? 16 : kBq, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
-  const int64_t qstride = pb.Hq * D;
   const int64_t qa = pb.q_pos0 + i0;  // global position of row 0
-  // The row of lane 0 of vector v, and its head.
+  // The row of lane 0 of vector v.
   auto row0 = [](int v) { return kPacked ? 0 : 16 * v; };
-  auto head = [&](int v) { return kPacked ? h + v : h; };
 
-  // Qp[i][16v + r] = (q[i0 + row0(v) + r, head(v), 2i], .., 2i + 1]) in bf16, padded rows 0,
-  // in tiles of 16 rows x 16 pairs.
   uint32_t* qp = s.qp.get();
-  for (int r0 = 0; r0 < kBq; r0 += 16)
-    for (int64_t i0p = 0; i0p < Dh; i0p += 16) {
-      const int64_t d0 = 2 * i0p;
-      const int v = r0 / 16;
-      __m512 t[16];
-      for (int r = 0; r < 16; ++r) {
-        if (row0(v) + r < nrows) {
-          const float* qr = pb.q + (i0 + row0(v) + r) * qstride + head(v) * D + d0;
-          const __m512 a = _mm512_maskz_loadu_ps(first_lanes(D - d0), qr);
-          const __m512 b = _mm512_maskz_loadu_ps(first_lanes(D - d0 - 16), qr + 16);
-          t[r] = _mm512_castsi512_ps(bf16_pairs(a, b));
-        } else {
-          t[r] = _mm512_setzero_ps();
-        }
-      }
-      transpose16(t);
-      for (int c = 0; c < 16 && i0p + c < Dh; ++c)
-        _mm512_store_ps(reinterpret_cast<float*>(qp + (i0p + c) * kBq + r0), t[c]);
-    }
+  pack_queries<kQV, kPacked>(pb, h, i0, nrows, qp);
   float* ot = s.ot.get();
   float* st = s.st.get();
   uint32_t* pp = s.pp.get();
@@ -690,6 +699,237 @@ void attend_unit(bool amx, const Problem& pb, const PackedKv& kv, int64_t h, int
     attend_block<QV, kPacked>(pb, kv, h, i0, s);
 }
 
+// Diagonal window units. Under a causal window of W keys, row r of a unit (positions qa + r,
+// r < 16) sees exactly the keys qa + r - W + 1 + j, j = 0 .. W - 1. With the rows in the lanes,
+// lane r of "diagonal" j holds key b0 + r + j (b0 the key index of row 0's first visible key):
+// every lane computes only its own W keys, where a block over the same rows computes W + 16
+// (attend_block's head-packed units: 144 for 128). Row r's key for diagonal j is then a vector
+// of 16 consecutive keys, and so are the V pairs of diagonals 2i, 2i + 1, from layouts with the
+// keys in the lanes, packed once per call (pack_diagonals):
+//
+//   QKᵀ, over d:  S[j][r]  += Qp[i][r] · Ks[i][b0 + r + j],   Ks[i][t] = (k[t,2i], k[t,2i+1])
+//   PV,  over j:  Ot[d][r] += Pp[i][r] · Vs[d][b0 + r + 2i],  Vs[d][t] = (v[t,d], v[t+1,d])
+//
+// A vector starting at b0 + j is cut from the two aligned ones at b0 + 16·⌊j/16⌋ by valignd
+// (b0 - the layouts' first slot is a multiple of 16 in every unit), so the loads per vdpbf16ps
+// are fewer than the block kernel's broadcasts. Each unit is one key block of W <= kMaxBk
+// diagonals. The rounding is the block kernel's: q, k, v in bf16, the integer running max,
+// bf16 probabilities, f32 sums; only the order of those sums differs (a row's V pairs start at
+// its own first key instead of an even slot). Rows whose diagonals pass the call's keys (at the
+// start of a sequence, or a ring's K/V block that holds part of a window) read zeros there,
+// masked to probability 0; no row reads a key outside its window, so a NaN or Inf in a key no
+// row may see stays out.
+struct DiagKv {
+  const uint32_t* ks;  // [Hkv][D/2][L]
+  const uint32_t* vs;  // [Hkv][D][L]
+  int64_t L;           // slots per row, a multiple of 16
+  int64_t base;        // key index of slot 0 (may be negative: slots outside the keys are 0)
+};
+
+// Whether the head-packed units of this call run on the diagonals, and then their layouts'
+// extent: the call's visible keys, the slot before them (its Vs pair holds the first key) down
+// to a unit's aligned start, and 16 slots past them (a unit reads up to 15 past its last row's
+// key).
+std::atomic<bool> g_diag{true};
+bool diagonal_units(const Problem& pb, bool amx, int64_t& base, int64_t& L) {
+  const int64_t W = pb.mask.window;
+  if (amx || !g_diag.load(std::memory_order_relaxed) || !packs_heads(pb) || !pb.mask.causal ||
+      W % 16 != 0 || W > kMaxBk || pb.D % 32 != 0)
+    return false;
+  const KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
+  if (used.lo >= used.hi) return false;
+  const int64_t e = pb.q_pos0 - W + 1 - pb.kv_pos0;  // b0 of the unit at row 0
+  base = used.lo - 1 - (((used.lo - 1 - e) % 16) + 16) % 16;
+  L = (used.hi + 16 - base + 15) / 16 * 16;
+  return true;
+}
+
+// Ks and Vs of dk's slots for each KV head (an omp for; keys outside 0 .. nk - 1 are 0).
+void pack_diagonals(const Problem& pb, const DiagKv& dk, uint32_t* ks, uint32_t* vs) {
+  const int64_t D = pb.D, Dh = D / 2, L = dk.L, kvstride = pb.Hkv * D;
+  auto row = [&](const float* x, int64_t key, int64_t g) {
+    return key >= 0 && key < pb.nk ? x + key * kvstride + g * D : nullptr;
+  };
+#pragma omp for collapse(2) schedule(static)
+  for (int64_t g = 0; g < pb.Hkv; ++g)
+    for (int64_t t0 = 0; t0 < L; t0 += 16) {
+      const int64_t key0 = dk.base + t0;
+      __m512 t[16];
+      for (int64_t i0 = 0; i0 < Dh; i0 += 16) {
+        for (int j = 0; j < 16; ++j) {
+          const float* r = row(pb.k, key0 + j, g);
+          t[j] = r ? _mm512_castsi512_ps(bf16_pairs(_mm512_loadu_ps(r + 2 * i0),
+                                                    _mm512_loadu_ps(r + 2 * i0 + 16)))
+                   : _mm512_setzero_ps();
+        }
+        transpose16(t);
+        for (int c = 0; c < 16; ++c)
+          _mm512_store_ps(reinterpret_cast<float*>(ks + (g * Dh + i0 + c) * L + t0), t[c]);
+      }
+      for (int64_t d0 = 0; d0 < D; d0 += 16) {
+        __m512 x[17];
+        for (int j = 0; j <= 16; ++j) {
+          const float* r = row(pb.v, key0 + j, g);
+          x[j] = r ? _mm512_loadu_ps(r + d0) : _mm512_setzero_ps();
+        }
+        for (int j = 0; j < 16; ++j) t[j] = _mm512_castsi512_ps(pair_up(x[j], x[j + 1]));
+        transpose16(t);
+        for (int c = 0; c < 16; ++c)
+          _mm512_store_ps(reinterpret_cast<float*>(vs + (g * D + d0 + c) * L + t0), t[c]);
+      }
+    }
+}
+
+// S rows S .. S + NJ - 1 of a span of 16 diagonals (S + NJ <= 16): ks at the span's first slot,
+// rows (dim pairs) ksl apart.
+template <int QV, int S, int NJ>
+inline void qk_diagonals(const uint32_t* qp, const uint32_t* ks, int64_t ksl, int64_t Dh,
+                         float* st) {
+  constexpr int kBq = 16 * QV;
+  __m512 acc[NJ][QV];
+  for (int n = 0; n < NJ; ++n)
+    for (int v = 0; v < QV; ++v) acc[n][v] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < Dh; ++i) {
+    __m512bh q[QV];
+    for (int v = 0; v < QV; ++v) q[v] = load_pairs(qp + i * kBq + 16 * v);
+    const __m512i a = _mm512_load_si512(ks + i * ksl), b = _mm512_load_si512(ks + i * ksl + 16);
+    [&]<int... n>(std::integer_sequence<int, n...>) {
+      (
+          [&] {
+            const auto kv = (__m512bh)_mm512_alignr_epi32(b, a, S + n);
+            for (int v = 0; v < QV; ++v) acc[n][v] = _mm512_dpbf16_ps(acc[n][v], kv, q[v]);
+          }(),
+          ...);
+    }(std::make_integer_sequence<int, NJ>{});
+  }
+  for (int n = 0; n < NJ; ++n)
+    for (int v = 0; v < QV; ++v) _mm512_store_ps(st + (S + n) * kBq + 16 * v, acc[n][v]);
+}
+
+// ot[d .. d + 3][·] = Σ_i Vs[d][b0 + · + 2i] · Pp[i][·] over the W / 2 diagonal pairs; vs at
+// (d, b0), rows vsl apart.
+template <int QV>
+inline void pv_diagonals(const uint32_t* pp, const uint32_t* vs, int64_t vsl, int64_t W,
+                         float* ot) {
+  constexpr int kBq = 16 * QV, kND = 4;
+  __m512 acc[kND][QV];
+  for (int n = 0; n < kND; ++n)
+    for (int v = 0; v < QV; ++v) acc[n][v] = _mm512_setzero_ps();
+  for (int64_t t = 0; t < W; t += 16) {
+    __m512i a[kND], b[kND];
+    for (int n = 0; n < kND; ++n) {
+      a[n] = _mm512_load_si512(vs + n * vsl + t);
+      b[n] = _mm512_load_si512(vs + n * vsl + t + 16);
+    }
+    const uint32_t* ppt = pp + t / 2 * kBq;
+    [&]<int... i>(std::integer_sequence<int, i...>) {
+      (
+          [&] {
+            __m512bh p[QV];
+            for (int v = 0; v < QV; ++v) p[v] = load_pairs(ppt + i * kBq + 16 * v);
+            for (int n = 0; n < kND; ++n) {
+              const auto vv = (__m512bh)_mm512_alignr_epi32(b[n], a[n], 2 * i);
+              for (int v = 0; v < QV; ++v) acc[n][v] = _mm512_dpbf16_ps(acc[n][v], vv, p[v]);
+            }
+          }(),
+          ...);
+    }(std::make_integer_sequence<int, 8>{});
+  }
+  for (int n = 0; n < kND; ++n)
+    for (int v = 0; v < QV; ++v) _mm512_store_ps(ot + n * kBq + 16 * v, acc[n][v]);
+}
+
+// A head-packed unit (rows i0 .. i0 + 15 of heads h .. h + QV - 1, as attend_block<QV, true>) on
+// the diagonals of dk.
+template <int QV>
+void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0, Scratch& s) {
+  constexpr int kBq = 16 * QV, kNJ = QV == 4 ? 4 : 8;
+  const int64_t D = pb.D, Dh = D / 2, W = pb.mask.window;
+  const int nrows = static_cast<int>(std::min<int64_t>(16, pb.nq - i0));
+  const int64_t kvh = h / (pb.Hq / pb.Hkv);
+  uint32_t* qp = s.qp.get();
+  float* ot = s.ot.get();
+  float* st = s.st.get();
+  uint32_t* pp = s.pp.get();
+  pack_queries<QV, true>(pb, h, i0, nrows, qp);
+
+  // Key index of lane r's diagonal j: b0 + r + j.
+  const int64_t b0 = pb.q_pos0 + i0 - W + 1 - pb.kv_pos0;
+  const int64_t t0 = b0 - dk.base;
+  const uint32_t* ks = dk.ks + kvh * Dh * dk.L + t0;
+  const uint32_t* vs = dk.vs + kvh * D * dk.L + t0;
+  int64_t stride = dk.L;
+  if (t0 < 0 || t0 + W + 16 > dk.L) {
+    // Slots before or past the layouts (the first rows of a sequence, a last partial unit):
+    // the unit's W + 16 slots of each row, 0 outside the layouts.
+    stride = W + 16;
+    uint32_t* sk = s.diag.get();
+    uint32_t* sv = sk + Dh * stride;
+    const int64_t lo = std::clamp<int64_t>(-t0, 0, stride), hi = std::clamp<int64_t>(dk.L - t0, lo, stride);
+    auto copy = [&](const uint32_t* src, int64_t rows, uint32_t* dst) {
+      for (int64_t i = 0; i < rows; ++i) {
+        std::memset(dst + i * stride, 0, sizeof(uint32_t) * stride);
+        if (hi > lo)
+          std::memcpy(dst + i * stride + lo, src + i * dk.L + lo, sizeof(uint32_t) * (hi - lo));
+      }
+    };
+    copy(dk.ks + kvh * Dh * dk.L + t0, Dh, sk);
+    copy(dk.vs + kvh * D * dk.L + t0, D, sv);
+    ks = sk;
+    vs = sv;
+  }
+
+  // S = K·Qᵀ on the W diagonals, unscaled.
+  for (int64_t t = 0; t < W; t += 16) {
+    [&]<int... n>(std::integer_sequence<int, n...>) {
+      (qk_diagonals<QV, n * kNJ, kNJ>(qp, ks + t, stride, Dh, st + t * kBq), ...);
+    }(std::make_integer_sequence<int, 16 / kNJ>{});
+  }
+  // Lanes whose key is outside the call's keys see nothing there.
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  if (b0 < 0 || b0 + 15 + W - 1 >= pb.nk) {
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int64_t j = 0; j < W; ++j) {
+      const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(b0 + j)));
+      const __mmask16 in = _mm512_cmpge_epi32_mask(key, _mm512_setzero_si512()) &
+                           _mm512_cmplt_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pb.nk)));
+      for (int v = 0; v < QV; ++v) {
+        float* p = st + j * kBq + 16 * v;
+        _mm512_store_ps(p, _mm512_mask_blend_ps(in, neg_inf, _mm512_load_ps(p)));
+      }
+    }
+  }
+
+  // Softmax in base 2 on c·S, one block: m = ⌈c·max S⌉ (the block kernel's integer max).
+  const __m512 c = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));
+  __m512 m[QV], l[QV], muse[QV];
+  for (int v = 0; v < QV; ++v) m[v] = neg_inf;
+  for (int64_t j = 0; j < W; ++j)
+    for (int v = 0; v < QV; ++v) m[v] = _mm512_max_ps(m[v], _mm512_load_ps(st + j * kBq + 16 * v));
+  for (int v = 0; v < QV; ++v) {
+    m[v] = _mm512_roundscale_ps(_mm512_mul_ps(c, m[v]), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
+    muse[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m[v], neg_inf, _CMP_EQ_OQ), m[v],
+                                   _mm512_setzero_ps());
+    l[v] = _mm512_setzero_ps();
+  }
+  for (int64_t i = 0; i < W / 2; ++i) {
+    const float* s0 = st + 2 * i * kBq;
+    for (int v = 0; v < QV; ++v) {
+      const __m512 e0 = cpu::exp2_weights_ps(
+          _mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + 16 * v)), muse[v]));
+      const __m512 e1 = cpu::exp2_weights_ps(
+          _mm512_sub_ps(_mm512_mul_ps(c, _mm512_load_ps(s0 + kBq + 16 * v)), muse[v]));
+      l[v] = _mm512_add_ps(l[v], _mm512_add_ps(e0, e1));
+      _mm512_store_si512(pp + i * kBq + 16 * v, pair_up(e0, e1));
+    }
+  }
+
+  // Ot = V·P on the diagonal pairs.
+  for (int64_t d = 0; d < D; d += 4) pv_diagonals<QV>(pp, vs + d * stride, stride, W, ot + d * kBq);
+
+  finish_unit<QV, true>(ot, m, l, nrows, pb, h, i0);
+}
+
 std::atomic<bool> g_amx{true};
 
 // Whether this call runs QKᵀ and PV on AMX tiles.
@@ -715,14 +955,22 @@ void run_kernel(const Problem& pb) {
   GrowBuf<uint16_t>& k16_buf = kept.k16;
   GrowBuf<uint32_t>& vp_buf = kept.vp;
   GrowBuf<uint16_t>& vt_buf = kept.vt;
-  // AMX's S tiles read up to 15 slots past a block's last key: a last head's may pass the end.
-  uint16_t* const k16 = k16_buf.get((slots + 16) * kvstride);
   const bool amx = uses_amx(pb);
   const int qv = query_vectors(pb.mask), bq = 16 * qv;
   const bool packed = packs_heads(pb);
+  // Head-packed units on the diagonals: their Ks and Vs in the buffers of K and V's pairs, which
+  // the call then does not use.
+  DiagKv dk{};
+  const bool diag = packed && diagonal_units(pb, amx, dk.base, dk.L);
+  uint32_t* const ks = diag ? reinterpret_cast<uint32_t*>(k16_buf.get(pb.Hkv * D * dk.L)) : nullptr;
+  uint32_t* const vs = diag ? vp_buf.get(pb.Hkv * D * dk.L) : nullptr;
+  dk.ks = ks;
+  dk.vs = vs;
+  // AMX's S tiles read up to 15 slots past a block's last key: a last head's may pass the end.
+  uint16_t* const k16 = diag ? nullptr : k16_buf.get((slots + 16) * kvstride);
   // V in key pairs for the vector PV: without AMX, and for the band tiles of 32-row window
   // blocks, which stay on vdpbf16ps (with AMX every other block's PV runs on the tiles).
-  const bool vector_pv = !amx || (qv == kWindowQueryVectors && !packed);
+  const bool vector_pv = !diag && (!amx || (qv == kWindowQueryVectors && !packed));
   uint32_t* const vp = vector_pv ? vp_buf.get(pb.Hkv * np * D) : nullptr;
   const int64_t sp = (slots + 15) / 16 * 16;
   uint16_t* const vt = amx ? vt_buf.get(pb.Hkv * D * sp) : nullptr;
@@ -738,8 +986,9 @@ void run_kernel(const Problem& pb) {
 #pragma omp parallel
   {
     // K and V to bf16 once per call (each omp for ends in a barrier).
+    if (diag) pack_diagonals(pb, dk, ks, vs);
 #pragma omp for schedule(static)
-    for (int64_t j = used.lo; j < used.hi; ++j)
+    for (int64_t j = k16 ? used.lo : used.hi; j < used.hi; ++j)
       for (int64_t g = 0; g < pb.Hkv; ++g) {
         uint16_t* const dst = k16 + (g * slots + j) * D;
         if (j < shift)
@@ -773,8 +1022,12 @@ void run_kernel(const Problem& pb) {
         // fifteenth window). Elsewhere they were measured in (Zen 4).
         if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
-        with_block_heads(u.nh,
-                         [&](auto nh) { attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s); });
+        with_block_heads(u.nh, [&](auto nh) {
+          if (diag)
+            attend_diagonals<nh()>(pb, dk, u.h0, u.i0, s);
+          else
+            attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s);
+        });
         continue;
       }
       // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query
@@ -840,6 +1093,14 @@ bool amx_attention_supported() { return bf16_attention_supported() && cpu::amx_u
 void set_amx_attention(bool on) {
 #if SLOPE_ATTENTION_BF16
   attention_detail::g_amx.store(on);
+#else
+  (void)on;
+#endif
+}
+
+void set_diagonal_window_attention(bool on) {
+#if SLOPE_ATTENTION_BF16
+  attention_detail::g_diag.store(on);
 #else
   (void)on;
 #endif
