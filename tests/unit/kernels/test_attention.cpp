@@ -642,6 +642,38 @@ TEST_P(FlashAttention, WindowDiagonalUnits) {
     }
 }
 
+// A call of more rows than the bf16 kernel's diagonal units take at a time (kDiagonalRows, 1024)
+// runs in parts of that many rows, each packing the keys its rows see: calls just over one part,
+// over two with a last partial part, keys from the sequence's start, before the windows and at
+// the queries, odd and even positions, sinks. Each against exact attention and (bf16) the key
+// blocks, which take the call whole.
+TEST_P(FlashAttention, WindowDiagonalUnitsLongCall) {
+  std::mt19937 rng(47);
+  int n = 0;
+  for (int64_t nq : {1025, 2100})
+    for (int64_t window : {128, 160})
+      for (int64_t before : {int64_t{0}, int64_t{37}, window + 21}) {
+        const int64_t Hkv = 1 + n % 2, D = n % 3 == 1 ? 32 : 64;
+        const AttentionShape shape{(2 + n % 3) * Hkv, Hkv, D};
+        const int64_t q_pos0 = before == 0 ? 0 : 4096 + n % 2;
+        const Inputs in = make_inputs(rng, nq, q_pos0, before + nq, q_pos0 - before, shape,
+                                      {true, window}, n % 3 == 0 ? 1.0f : 0.2f, n % 2 == 1);
+        SCOPED_TRACE(describe(in));
+        std::vector<float> out, lse;
+        run_flash(in, ct(), out, lse);
+        expect_matches(in, ct(), out, lse);
+        if (ct() == ComputeType::BF16 && runs_bf16_kernel(in)) {
+          SCOPED_TRACE("diagonal units in parts against key blocks");
+          set_diagonal_window_attention(false);
+          std::vector<float> block_out, block_lse;
+          run_flash(in, ct(), block_out, block_lse);
+          set_diagonal_window_attention(true);
+          expect_equal_but_rare_flips(out, block_out, max_abs(in.v));
+        }
+        ++n;
+      }
+}
+
 // The bf16 kernel's own tests: on the bf16 units, whichever bf16 mode would choose here.
 class FlashAttentionBf16 : public ::testing::Test {
  protected:
