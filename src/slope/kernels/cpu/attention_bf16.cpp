@@ -48,6 +48,14 @@
 // its Vᵀ slots with those set to 0, and P's pairs past the block are 0 (pv_amx_block), so the
 // unseen partners' V stays out, as in the vector micro-kernel. Only the order of the f32 sums
 // changes (tdpbf16ps, like vdpbf16ps, rounds to nearest even and flushes denormals).
+//
+// Causal windows of a multiple of 16 keys up to 160, head_dim a multiple of 32, without AMX,
+// run on diagonal units instead of key blocks (diagonal_units, attend_diagonals): lane r of
+// diagonal j holds key b0 + r + j, so each of a unit's 16 rows computes only its own W keys
+// rather than the W + 16 of the blocks that cover all of them. Ks and Vs are packed once per
+// part of kDiagonalRows rows with the keys in the lanes, and each diagonal's vector is cut from
+// two aligned loads by valignd. Products, rounding and softmax are the blocks'; only the order
+// of the f32 sums changes (set_diagonal_window_attention(false) takes the blocks, for tests).
 #include "slope/kernels/attention.h"
 
 // GCC 12 reports false '(may be) used uninitialized' warnings inside AVX-512 intrinsics
