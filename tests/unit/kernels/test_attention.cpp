@@ -270,6 +270,19 @@ void expect_matches(const Inputs& in, ComputeType ct, const std::vector<float>& 
   }
 }
 
+// Where compute type ct runs the bf16 kernel on `in`: its output `out` (diagonal window units,
+// the default) against the same call on the key blocks: the same rounded probabilities, f32
+// summation order only.
+void expect_diagonals_match_blocks(const Inputs& in, ComputeType ct, const std::vector<float>& out) {
+  if (ct != ComputeType::BF16 || !runs_bf16_kernel(in)) return;
+  SCOPED_TRACE("diagonal units against key blocks");
+  set_diagonal_window_attention(false);
+  std::vector<float> block_out, block_lse;
+  run_flash(in, ct, block_out, block_lse);
+  set_diagonal_window_attention(true);
+  expect_equal_but_rare_flips(out, block_out, max_abs(in.v));
+}
+
 void check_flash(const Inputs& in, ComputeType ct) {
   std::vector<float> out, lse;
   run_flash(in, ct, out, lse);
@@ -630,14 +643,7 @@ TEST_P(FlashAttention, WindowDiagonalUnits) {
         run_split(in, ct(), {0, a, b, nk}, out, lse);
         expect_equal_but_rare_flips(out, one_out, max_abs(in.v));
       }
-      if (ct() == ComputeType::BF16 && runs_bf16_kernel(in)) {
-        SCOPED_TRACE("diagonal units against key blocks");
-        set_diagonal_window_attention(false);
-        std::vector<float> out, lse;
-        run_flash(in, ct(), out, lse);
-        set_diagonal_window_attention(true);
-        expect_equal_but_rare_flips(out, one_out, max_abs(in.v));
-      }
+      expect_diagonals_match_blocks(in, ct(), one_out);
       ++n;
     }
 }
@@ -662,14 +668,7 @@ TEST_P(FlashAttention, WindowDiagonalUnitsLongCall) {
         std::vector<float> out, lse;
         run_flash(in, ct(), out, lse);
         expect_matches(in, ct(), out, lse);
-        if (ct() == ComputeType::BF16 && runs_bf16_kernel(in)) {
-          SCOPED_TRACE("diagonal units in parts against key blocks");
-          set_diagonal_window_attention(false);
-          std::vector<float> block_out, block_lse;
-          run_flash(in, ct(), block_out, block_lse);
-          set_diagonal_window_attention(true);
-          expect_equal_but_rare_flips(out, block_out, max_abs(in.v));
-        }
+        expect_diagonals_match_blocks(in, ct(), out);
         ++n;
       }
 }
