@@ -3,15 +3,21 @@
 // 0.5 s × BEST_OF, the fastest call kept (bench_attention's window cases last 10-80 ms per call,
 // too short for a mean to be steady on a shared machine). GFLOP/s by attention_flops (visible
 // keys only), head_dim 64, f32 and bf16, 16 query heads over 4 KV heads (gpt-oss bench):
-//   whole calls: all n queries against n keys, causal at 16K, window 128 at 4K, 16K and 32K;
-//   chunk calls: the last 1024 queries against n keys, as the engine calls the kernel per chunk
-//   of a prefill (model/layers.cpp), causal and window 128 at 4K, 16K and 32K.
+//   whole calls: all n queries against n keys in one call, causal at 16K, window 128 at 4K, 16K
+//   and 32K (a runner that does not hold every key, e.g. context parallelism, calls it so);
+//   chunk calls: the last 1024 queries against n keys, the same call repeated (Q and the output
+//   stay in the cache), causal and window 128 at 4K, 16K and 32K;
+//   layer calls: all n queries as a layer on one rank makes its calls (model/layers.cpp): per
+//   chunk of 1024 rows, the chunk's Q written into one chunk-sized buffer (as the QKV projection
+//   writes it; not timed), then one call against the keys before it, output into the chunk's
+//   rows; the time of a pass is the sum of its calls'. Causal at 16K, window 128 at 4K, 16K, 32K.
 // The checksum on stderr compares builds whose results must be equal.
 // Usage: OMP_NUM_THREADS=2 build/release/bench/bench_attention_window [BEST_OF (default 3)]
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -48,6 +54,41 @@ double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) 
   return attention_flops(nq, n - nq, n, 0, a.shape, a.mask) / best_s * 1e-9;
 }
 
+// GFLOP/s of the fastest pass of layer calls (see the top): all n queries against n keys, in
+// calls of 1024 rows each right after its Q is written.
+double layer_rate(int64_t n, int64_t window, ComputeType ct, int best_of) {
+  const int64_t hq = 16, hkv = 4, D = 64, chunk = 1024;
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  std::vector<float> q_all(n * hq * D), q(chunk * hq * D), k(n * hkv * D), v(k.size()), out(q_all.size()),
+      lse(chunk * hq);
+  for (float& x : q_all) x = u(rng);
+  for (float& x : k) x = u(rng);
+  for (float& x : v) x = u(rng);
+  auto pass = [&] {
+    double s = 0;
+    for (int64_t r = 0; r < n; r += chunk) {
+      const int64_t m = std::min(chunk, n - r);
+      std::memcpy(q.data(), q_all.data() + r * hq * D, size_t(m * hq * D) * sizeof(float));
+      const auto t0 = std::chrono::steady_clock::now();
+      flash_attention({.q = q.data(), .nq = m, .q_pos0 = r, .k = k.data(), .v = v.data(), .nk = r + m,
+                       .kv_pos0 = 0, .shape = {hq, hkv, D}, .mask = {true, window}, .scale = 0.125f,
+                       .compute = ct, .sinks = nullptr, .out = out.data() + r * hq * D, .lse = lse.data()});
+      s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return s;
+  };
+  pass();  // warm-up
+  double best_s = 1e30, total = 0;
+  while (total < 0.5 * best_of) {
+    const double s = pass();
+    best_s = std::min(best_s, s);
+    total += s;
+  }
+  for (size_t i = 0; i < out.size(); i += 997) checksum += out[i];
+  return attention_flops(n, 0, n, 0, {hq, hkv, D}, {true, window}) / best_s * 1e-9;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -71,6 +112,14 @@ int main(int argc, char** argv) {
       const double c = rate(n, 1024, 0, ct, best_of), w = rate(n, 1024, 128, ct, best_of);
       std::printf("%s chunk calls (1024 rows), n %-6ld causal %.1f, window 128 %.1f GFLOP/s = %.2f\n", name,
                   long(n), c, w, w / c);
+    }
+    const double layer_causal = layer_rate(16384, 0, ct, best_of);
+    std::printf("%s layer calls (1024 rows): causal 16K %.1f GFLOP/s = %.2f of whole calls\n", name, layer_causal,
+                layer_causal / causal);
+    for (int64_t n : {4096, 16384, 32768}) {
+      const double w = layer_rate(n, 128, ct, best_of);
+      std::printf("%s layer calls (1024 rows): window 128, n %-6ld %.1f GFLOP/s = %.2f of layer causal 16K, %.2f of whole\n",
+                  name, long(n), w, w / layer_causal, w / causal);
     }
     std::fflush(stdout);
   }
