@@ -7,10 +7,12 @@
 //   and 32K (a runner that does not hold every key, e.g. context parallelism, calls it so);
 //   chunk calls: the last 1024 queries against n keys, the same call repeated (Q and the output
 //   stay in the cache), causal and window 128 at 4K, 16K and 32K;
-//   layer calls: all n queries as a layer on one rank makes its calls (model/layers.cpp): per
-//   chunk of 1024 rows, the chunk's Q written into one chunk-sized buffer (as the QKV projection
-//   writes it; not timed), then one call against the keys before it, output into the chunk's
-//   rows; the time of a pass is the sum of its calls'. Causal at 16K, window 128 at 4K, 16K, 32K.
+//   layer calls: all n queries as a layer would call the kernel if it attended each chunk of
+//   1024 rows right after the chunk's QKV projection (model/layers.cpp makes whole calls; see
+//   docs/performance.md, eighteenth window of issue 14): the chunk's Q written into one
+//   chunk-sized buffer (as the projection writes it; not timed), then one call against the keys
+//   before it, output into the chunk's rows; the time of a pass is the sum of its calls'. Causal
+//   at 16K, window 128 at 4K, 16K and 32K.
 // The checksum on stderr compares builds whose results must be equal.
 // Usage: OMP_NUM_THREADS=2 build/release/bench/bench_attention_window [BEST_OF (default 3)]
 #include <chrono>
@@ -55,7 +57,7 @@ double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) 
 }
 
 // GFLOP/s of the fastest pass of layer calls (see the top): all n queries against n keys, in
-// calls of 1024 rows each right after its Q is written.
+// calls of 1024 rows, each right after its Q is written.
 double layer_rate(int64_t n, int64_t window, ComputeType ct, int best_of) {
   const int64_t hq = 16, hkv = 4, D = 64, chunk = 1024;
   std::mt19937 rng(1);

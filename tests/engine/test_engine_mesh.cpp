@@ -351,11 +351,8 @@ int main(int argc, char** argv) {
     if (a.seam) {  // every op family and payload path this mesh uses went through the seam
       std::vector<std::string> families = {"alloc",   "upload", "linear", "linear_forward", "rmsnorm", "rope",
                                            "activation", "route", "gather_rows", "scatter_add", "attention",
-                                           "copy_columns", "fill", "all_finite"};
+                                           "sinks", "copy_columns", "fill", "all_finite"};
       if (eng.topology().stage() == 0) families.push_back("embed");
-      // Sinks apart from the kernel: after merging the key blocks of other ranks. Without context
-      // parallelism each chunk attends in one call, with its sinks inside (model/layers.cpp).
-      if (a.mesh.ring * a.mesh.ulysses > 1) families.push_back("sinks");
       if (a.mesh.tp > 1) families.push_back("add");
       for (const std::string& f : families)
         check(backend.calls[f] > 0, "the backend's " + f + " op was never called");

@@ -62,25 +62,6 @@ void norm_mlp(const LayerContext& ctx, const LayerWeights& w, const float* hr, i
   w.mlp.down.forward(act, m, dst, /*accumulate=*/true);
 }
 
-// Whether attention may run chunk by chunk, each chunk of query rows right after its QKV
-// projection: the runner holds every key, and the queries are one segment that ends the cache's
-// keys, which run contiguously from the first cached one (a whole prompt on one rank, or a chunk
-// after cached chunks). Under the causal mask rows [r, r + m) then see cache rows
-// [0, kv_row0 + r + m) only, all projected by then. Q lives in one chunk-sized buffer, written by
-// the projection and read by attention while it is still in the cache: a whole 16K call instead
-// streams 64 MiB of Q (16 heads of 64) from memory, which bounds a sliding-window layer
-// (docs/performance.md, seventeenth and eighteenth windows of issue 14).
-bool attends_by_chunk(const AttentionRunner& runner, const SequenceShard& q_shard,
-                      const SequenceShard& kv_shard, int64_t kv_row0) {
-  if (!runner.holds_all_keys() || q_shard.segments.size() != 1) return false;
-  const Segment qs = q_shard.segments[0];
-  const std::vector<Segment>& ks = kv_shard.segments;
-  if (ks.empty() || ks.back().end() != qs.end()) return false;
-  for (size_t i = 1; i < ks.size(); ++i)
-    if (ks[i].start != ks[i - 1].end()) return false;
-  return kv_shard.local_tokens() == kv_row0 + qs.length;
-}
-
 }  // namespace
 
 int64_t mlp_pass_rows(const ModelConfig& c, int64_t chunk, int64_t moe_chunk, int64_t rows) {
@@ -111,43 +92,34 @@ void decoder_layer_forward(const LayerContext& ctx, int layer, const LayerWeight
 
   LayerBuffers local;
   LayerBuffers& buf = ctx.buffers ? *ctx.buffers : local;
+  float* q = LayerBuffers::reserve(ops, buf.q, n * Hq * D);  // every row written below
   float* k_new = k_cache + kv_row0 * Hkv * D;
   float* v_new = v_cache + kv_row0 * Hkv * D;
-  LayerAttention spec;
-  spec.layer = layer;
-  spec.shape = {Hq, Hkv, D};
-  spec.mask.causal = true;
-  spec.mask.window = w.window;
-  spec.scale = float(c.attention_scale());
-  spec.sinks = w.attn.sinks.empty() ? nullptr : w.attn.sinks.data<float>();
-  // bf16 activations take the bf16 attention kernel (QKᵀ and PV on bf16 products, the softmax
-  // in f32; attention.h), f32 the f32 kernel.
-  spec.compute = ctx.act_dtype == DType::BF16 ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
-
-  // Norm, QKV and RoPE per chunk; attention right after each chunk where the runner allows it,
-  // else over the whole shard once all chunks are projected.
-  const bool by_chunk = attends_by_chunk(runner, q_shard, kv_shard, kv_row0);
-  float* q = LayerBuffers::reserve(ops, buf.q, (by_chunk ? chunk : n) * Hq * D);  // [rows, Hq, D]
-  float* attn = LayerBuffers::reserve(ops, buf.attn, n * Hq * D);                 // [n, Hq, D]
-  float* x = LayerBuffers::reserve(ops, buf.x, chunk * H);
-  float* qkv = LayerBuffers::reserve(ops, buf.qkv, chunk * (Hq + 2 * Hkv) * D);
-  for (int64_t r = 0; r < n; r += chunk) {
-    const int64_t m = std::min(chunk, n - r);
-    float* qr = by_chunk ? q : q + r * Hq * D;
-    {
-      auto timed = t.time(Phase::NormQkvRope);
-      norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, qr, k_new + r * Hkv * D,
-                    v_new + r * Hkv * D, x, qkv);
+  {
+    auto timed = t.time(Phase::NormQkvRope);
+    float* x = LayerBuffers::reserve(ops, buf.x, chunk * H);
+    float* qkv = LayerBuffers::reserve(ops, buf.qkv, chunk * (Hq + 2 * Hkv) * D);
+    for (int64_t r = 0; r < n; r += chunk) {
+      const int64_t m = std::min(chunk, n - r);
+      norm_qkv_rope(ctx, w, h + r * H, m, pos.data() + r, q + r * Hq * D,
+                    k_new + r * Hkv * D, v_new + r * Hkv * D, x, qkv);
     }
-    if (!by_chunk) continue;
-    auto timed = t.time(Phase::Attention);
-    const SequenceShard rows{q_shard.total_tokens, {{q_shard.segments[0].start + r, m}}};
-    const SequenceShard keys{q_shard.total_tokens, {{kv_shard.segments[0].start, kv_row0 + r + m}}};
-    runner.attend(spec, qr, rows, k_cache, v_cache, keys, attn + r * Hq * D);
   }
-  if (!by_chunk) {
+
+  float* attn = LayerBuffers::reserve(ops, buf.attn, n * Hq * D);
+  ops.fill(attn, n * Hq * D, 0.f);
+  {
     auto timed = t.time(Phase::Attention);
-    ops.fill(attn, n * Hq * D, 0.f);
+    LayerAttention spec;
+    spec.layer = layer;
+    spec.shape = {Hq, Hkv, D};
+    spec.mask.causal = true;
+    spec.mask.window = w.window;
+    spec.scale = float(c.attention_scale());
+    spec.sinks = w.attn.sinks.empty() ? nullptr : w.attn.sinks.data<float>();
+    // bf16 activations take the bf16 attention kernel (QKᵀ and PV on bf16 products, the softmax
+    // in f32; attention.h), f32 the f32 kernel.
+    spec.compute = ctx.act_dtype == DType::BF16 ? kernels::ComputeType::BF16 : kernels::ComputeType::F32;
     runner.attend(spec, q, q_shard, k_cache, v_cache, kv_shard, attn);
   }
 

@@ -58,9 +58,7 @@ struct LayerWeights {
 // attention then runs over cache rows 0 .. kv_row0+n-1, whose positions `kv_shard` describes
 // (kv_row0 = 0 and kv_shard = q_shard for a whole prompt; > 0 when earlier chunks are cached).
 // Token-local work runs in chunks of `chunk` rows so temporaries grow with the chunk, not the
-// prompt. Where the runner holds every key (LocalAttention), attention runs on each chunk right
-// after the chunk's QKV projection, while its queries are still in the cache; else once over the
-// whole shard.
+// prompt.
 // Tensor parallelism (Megatron layout): this rank holds query heads [q_head0, q_head0 + q_heads),
 // the KV heads they read, and intermediate columns [inter0, inter0 + inter) of every MLP/expert.
 // Without tensor parallelism these are the whole model's counts.
@@ -80,9 +78,9 @@ struct TensorSlice {
 // Sums a partial [rows, cols] result over the tensor-parallel group, in place.
 using AllReduceFn = std::function<void(float* data, int64_t count)>;
 
-// Per-call buffers of a layer (queries [chunk or rows, heads, head_dim] and the attention output
-// [rows, heads, head_dim], f32), kept from layer to layer and chunk to chunk: fresh allocations
-// of that size come back from the allocator as new pages, a page fault each, every layer.
+// Per-call buffers of a layer (queries and attention output, [rows, heads, head_dim] f32), kept
+// from layer to layer and chunk to chunk: fresh allocations of that size come back from the
+// allocator as new pages, a page fault each, every layer.
 struct LayerBuffers {
   Tensor q, attn;
   // The token-local temporaries of one chunk (norm output, fused projection, router logits,

@@ -53,10 +53,6 @@ class AttentionRunner {
   virtual void attend(const LayerAttention& spec, const float* q, const SequenceShard& q_shard,
                       const float* k, const float* v, const SequenceShard& kv_shard,
                       float* out) = 0;
-  // True when every key a query can see is in the K/V handed to attend (no other rank holds
-  // any), so attend may be called on any run of query rows with the keys before them: the
-  // layer then attends each chunk right after projecting it (model/layers.cpp).
-  virtual bool holds_all_keys() const { return false; }
 };
 
 // All needed keys are in the given K/V: runs flash_attention for every (query segment,
@@ -66,7 +62,6 @@ class LocalAttention : public AttentionRunner {
   explicit LocalAttention(const ops::Backend& ops = ops::cpu()) : ops_(ops) {}
   void attend(const LayerAttention& spec, const float* q, const SequenceShard& q_shard,
               const float* k, const float* v, const SequenceShard& kv_shard, float* out) override;
-  bool holds_all_keys() const override { return true; }
 
  private:
   const ops::Backend& ops_;
