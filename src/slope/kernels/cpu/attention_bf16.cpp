@@ -848,9 +848,11 @@ inline void pv_diagonals(const uint32_t* pp, const uint32_t* vs, int64_t vsl, in
 }
 
 // A head-packed unit (rows i0 .. i0 + 15 of heads h .. h + QV - 1, as attend_block<QV, true>) on
-// the diagonals of dk.
+// the diagonals of dk. `next` is the unit this thread likely takes next (nh = 0: none): its
+// queries are prefetched during QKᵀ, and this unit's output rows during PV, a few rows at a time.
 template <int QV>
-void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0, Scratch& s) {
+void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0,
+                      const HeadBlock& next, Scratch& s) {
   constexpr int kBq = 16 * QV, kNJ = QV == 4 ? 4 : 8;
   const int64_t D = pb.D, Dh = D / 2, W = pb.mask.window;
   const int nrows = static_cast<int>(std::min<int64_t>(16, pb.nq - i0));
@@ -889,6 +891,11 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
 
   // S = K·Qᵀ on the W diagonals, unscaled.
   for (int64_t t = 0; t < W; t += 16) {
+    if (next.nh > 0) {
+      const int r0 = static_cast<int>(16 * t / W), r1 = static_cast<int>(16 * (t + 16) / W);
+      for (int v = 0; v < next.nh; ++v)
+        prefetch_rows(pb.q, next.i0 + r0, r1 - r0, pb, next.h0 + v, false);
+    }
     [&]<int... n>(std::integer_sequence<int, n...>) {
       (qk_diagonals<QV, n * kNJ, kNJ>(qp, ks + t, stride, Dh, st + t * kBq), ...);
     }(std::make_integer_sequence<int, 16 / kNJ>{});
@@ -933,7 +940,11 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
   }
 
   // Ot = V·P on the diagonal pairs.
-  for (int64_t d = 0; d < D; d += 4) pv_diagonals<QV>(pp, vs + d * stride, stride, W, ot + d * kBq);
+  for (int64_t d = 0; d < D; d += 4) {
+    const int r0 = static_cast<int>(16 * d / D), r1 = static_cast<int>(16 * (d + 4) / D);
+    for (int v = 0; v < QV; ++v) prefetch_rows(pb.out, i0 + r0, r1 - r0, pb, h + v, true);
+    pv_diagonals<QV>(pp, vs + d * stride, stride, W, ot + d * kBq);
+  }
 
   finish_unit<QV, true>(ot, m, l, nrows, pb, h, i0);
 }
@@ -1048,12 +1059,15 @@ void run_kernel(const Problem& pb) {
       if (packed) {
         // On AMX these prefetches cost more than they hide: without them every alternated
         // window-128 call ran 4-10% faster, chunk calls and whole ones (docs/performance.md,
-        // fifteenth window). Elsewhere they were measured in (Zen 4).
-        if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
+        // fifteenth window). Elsewhere they were measured in (Zen 4). The diagonal units spread
+        // theirs through the unit instead of issuing 16 rows of each at its start (whole
+        // window-128 calls 1.01-1.04x on the Zen 4: docs/performance.md, eighteenth window).
+        if (!amx && !diag) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
+        const HeadBlock next = t + ahead < tasks ? hb.at(t + ahead) : HeadBlock{0, 0, 0};
         with_block_heads(u.nh, [&](auto nh) {
           if (diag)
-            attend_diagonals<nh()>(pb, dk, u.h0, u.i0, s);
+            attend_diagonals<nh()>(pb, dk, u.h0, u.i0, next, s);
           else
             attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s);
         });
