@@ -15,6 +15,7 @@
 //   at 16K, window 128 at 4K, 16K and 32K.
 // The checksum on stderr compares builds whose results must be equal.
 // Usage: OMP_NUM_THREADS=2 build/release/bench/bench_attention_window [BEST_OF (default 3)]
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -30,28 +31,50 @@ using namespace slope::kernels;
 namespace {
 
 double checksum = 0;
+constexpr int64_t kHq = 16, kHkv = 4, kD = 64;
 
-// GFLOP/s of the fastest call: the last nq of n queries against n keys.
-double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) {
-  const int64_t hq = 16, hkv = 4, D = 64;
-  std::mt19937 rng(1);
+// count values uniform in [-1, 1).
+std::vector<float> uniform(std::mt19937& rng, int64_t count) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> q(nq * hq * D), k(n * hkv * D), v(k.size()), out(q.size()), lse(nq * hq);
-  for (float& x : q) x = u(rng);
-  for (float& x : k) x = u(rng);
-  for (float& x : v) x = u(rng);
-  const AttentionArgs a{.q = q.data(), .nq = nq, .q_pos0 = n - nq, .k = k.data(), .v = v.data(), .nk = n,
-                        .kv_pos0 = 0, .shape = {hq, hkv, D}, .mask = {true, window}, .scale = 0.125f,
-                        .compute = ct, .sinks = nullptr, .out = out.data(), .lse = lse.data()};
-  flash_attention(a);  // warm-up
+  std::vector<float> x(count);
+  for (float& e : x) e = u(rng);
+  return x;
+}
+
+// The fastest of the runs of `timed` (each returns the seconds it timed), after one warm-up run,
+// repeated until they add up to 0.5 s × best_of.
+template <typename F>
+double fastest_seconds(F timed, int best_of) {
+  timed();
   double best_s = 1e30, total = 0;
   while (total < 0.5 * best_of) {
-    const auto t0 = std::chrono::steady_clock::now();
-    flash_attention(a);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double s = timed();
     best_s = std::min(best_s, s);
     total += s;
   }
+  return best_s;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// GFLOP/s of the fastest call: the last nq of n queries against n keys.
+double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) {
+  std::mt19937 rng(1);
+  const std::vector<float> q = uniform(rng, nq * kHq * kD), k = uniform(rng, n * kHkv * kD),
+                           v = uniform(rng, n * kHkv * kD);
+  std::vector<float> out(q.size()), lse(nq * kHq);
+  const AttentionArgs a{.q = q.data(), .nq = nq, .q_pos0 = n - nq, .k = k.data(), .v = v.data(), .nk = n,
+                        .kv_pos0 = 0, .shape = {kHq, kHkv, kD}, .mask = {true, window}, .scale = 0.125f,
+                        .compute = ct, .sinks = nullptr, .out = out.data(), .lse = lse.data()};
+  const double best_s = fastest_seconds(
+      [&] {
+        const auto t0 = std::chrono::steady_clock::now();
+        flash_attention(a);
+        return seconds_since(t0);
+      },
+      best_of);
   for (size_t i = 0; i < out.size(); i += 997) checksum += out[i];
   return attention_flops(nq, n - nq, n, 0, a.shape, a.mask) / best_s * 1e-9;
 }
@@ -59,36 +82,29 @@ double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) 
 // GFLOP/s of the fastest pass of layer calls (see the top): all n queries against n keys, in
 // calls of 1024 rows, each right after its Q is written.
 double layer_rate(int64_t n, int64_t window, ComputeType ct, int best_of) {
-  const int64_t hq = 16, hkv = 4, D = 64, chunk = 1024;
+  const int64_t chunk = 1024;
   std::mt19937 rng(1);
-  std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> q_all(n * hq * D), q(chunk * hq * D), k(n * hkv * D), v(k.size()), out(q_all.size()),
-      lse(chunk * hq);
-  for (float& x : q_all) x = u(rng);
-  for (float& x : k) x = u(rng);
-  for (float& x : v) x = u(rng);
-  auto pass = [&] {
-    double s = 0;
-    for (int64_t r = 0; r < n; r += chunk) {
-      const int64_t m = std::min(chunk, n - r);
-      std::memcpy(q.data(), q_all.data() + r * hq * D, size_t(m * hq * D) * sizeof(float));
-      const auto t0 = std::chrono::steady_clock::now();
-      flash_attention({.q = q.data(), .nq = m, .q_pos0 = r, .k = k.data(), .v = v.data(), .nk = r + m,
-                       .kv_pos0 = 0, .shape = {hq, hkv, D}, .mask = {true, window}, .scale = 0.125f,
-                       .compute = ct, .sinks = nullptr, .out = out.data() + r * hq * D, .lse = lse.data()});
-      s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    return s;
-  };
-  pass();  // warm-up
-  double best_s = 1e30, total = 0;
-  while (total < 0.5 * best_of) {
-    const double s = pass();
-    best_s = std::min(best_s, s);
-    total += s;
-  }
+  const std::vector<float> q_all = uniform(rng, n * kHq * kD), k = uniform(rng, n * kHkv * kD),
+                           v = uniform(rng, n * kHkv * kD);
+  std::vector<float> q(chunk * kHq * kD), out(q_all.size()), lse(chunk * kHq);
+  const double best_s = fastest_seconds(
+      [&] {
+        double s = 0;
+        for (int64_t r = 0; r < n; r += chunk) {
+          const int64_t m = std::min(chunk, n - r);
+          std::memcpy(q.data(), q_all.data() + r * kHq * kD, size_t(m * kHq * kD) * sizeof(float));
+          const auto t0 = std::chrono::steady_clock::now();
+          flash_attention({.q = q.data(), .nq = m, .q_pos0 = r, .k = k.data(), .v = v.data(), .nk = r + m,
+                           .kv_pos0 = 0, .shape = {kHq, kHkv, kD}, .mask = {true, window}, .scale = 0.125f,
+                           .compute = ct, .sinks = nullptr, .out = out.data() + r * kHq * kD,
+                           .lse = lse.data()});
+          s += seconds_since(t0);
+        }
+        return s;
+      },
+      best_of);
   for (size_t i = 0; i < out.size(); i += 997) checksum += out[i];
-  return attention_flops(n, 0, n, 0, {hq, hkv, D}, {true, window}) / best_s * 1e-9;
+  return attention_flops(n, 0, n, 0, {kHq, kHkv, kD}, {true, window}) / best_s * 1e-9;
 }
 
 }  // namespace

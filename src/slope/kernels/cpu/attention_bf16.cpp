@@ -734,21 +734,23 @@ struct DiagKv {
   int64_t base;        // key index of slot 0 (may be negative: slots outside the keys are 0)
 };
 
-// Whether the head-packed units of this call run on the diagonals, and then their layouts'
-// extent: the call's visible keys, the slot before them (its Vs pair holds the first key) down
-// to a unit's aligned start, and 16 slots past them (a unit reads up to 15 past its last row's
-// key).
+// Whether the head-packed units of this call run on the diagonals, and then (if layout is set)
+// their layouts' extent in layout->base and layout->L: the call's visible keys, the slot before
+// them (its Vs pair holds the first key) down to a unit's aligned start, and 16 slots past them
+// (a unit reads up to 15 past its last row's key).
 std::atomic<bool> g_diag{true};
-bool diagonal_units(const Problem& pb, bool amx, int64_t& base, int64_t& L) {
+bool diagonal_units(const Problem& pb, bool amx, DiagKv* layout = nullptr) {
   const int64_t W = pb.mask.window;
   if (amx || !g_diag.load(std::memory_order_relaxed) || !packs_heads(pb) || !pb.mask.causal ||
       W % 16 != 0 || W > kMaxBk || pb.D % 32 != 0)
     return false;
   const KeyRange used = visible_keys(pb.q_pos0, pb.q_pos0 + pb.nq - 1, pb.nk, pb.kv_pos0, pb.mask);
   if (used.lo >= used.hi) return false;
-  const int64_t e = pb.q_pos0 - W + 1 - pb.kv_pos0;  // b0 of the unit at row 0
-  base = used.lo - 1 - (((used.lo - 1 - e) % 16) + 16) % 16;
-  L = (used.hi + 16 - base + 15) / 16 * 16;
+  if (layout) {
+    const int64_t e = pb.q_pos0 - W + 1 - pb.kv_pos0;  // b0 of the unit at row 0
+    layout->base = used.lo - 1 - (((used.lo - 1 - e) % 16) + 16) % 16;
+    layout->L = (used.hi + 16 - layout->base + 15) / 16 * 16;
+  }
   return true;
 }
 
@@ -968,14 +970,13 @@ thread_local KeptKv kept_kv;
 // Rows of a call whose units run on the diagonals taken at a time: each part packs the keys its
 // rows see right before its units read them, so that they are still in the cache (Ks and Vs of
 // 1024 rows and their windows: 1.8 MiB at 4 KV heads of head_dim 64). A whole window-128 call
-// of 16K rows ran 1.15x faster in parts of 1024 rows (docs/performance.md, seventeenth window);
-// the rows and their results are the same.
+// of 16K rows ran 1.02-1.15x faster in parts of 1024 rows (docs/performance.md, seventeenth and
+// eighteenth windows); the rows and their results are the same.
 constexpr int64_t kDiagonalRows = 1024;
 static_assert(kDiagonalRows % kAttentionWindowVectorQ == 0, "parts start on a unit's rows");
 
 void run_kernel(const Problem& pb) {
-  int64_t unused_base, unused_l;
-  if (pb.nq > kDiagonalRows && diagonal_units(pb, uses_amx(pb), unused_base, unused_l)) {
+  if (pb.nq > kDiagonalRows && diagonal_units(pb, uses_amx(pb))) {
     for (int64_t r0 = 0; r0 < pb.nq; r0 += kDiagonalRows) {
       Problem part = pb;
       part.q = pb.q + r0 * pb.Hq * pb.D;
@@ -1001,7 +1002,7 @@ void run_kernel(const Problem& pb) {
   // Head-packed units on the diagonals: their Ks and Vs in the buffers of K and V's pairs, which
   // the call then does not use.
   DiagKv dk{};
-  const bool diag = packed && diagonal_units(pb, amx, dk.base, dk.L);
+  const bool diag = packed && diagonal_units(pb, amx, &dk);
   uint32_t* const ks = diag ? reinterpret_cast<uint32_t*>(k16_buf.get(pb.Hkv * D * dk.L)) : nullptr;
   uint32_t* const vs = diag ? vp_buf.get(pb.Hkv * D * dk.L) : nullptr;
   dk.ks = ks;
@@ -1064,10 +1065,10 @@ void run_kernel(const Problem& pb) {
         // window-128 calls 1.01-1.04x on the Zen 4: docs/performance.md, eighteenth window).
         if (!amx && !diag) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
-        const HeadBlock next = t + ahead < tasks ? hb.at(t + ahead) : HeadBlock{0, 0, 0};
         with_block_heads(u.nh, [&](auto nh) {
           if (diag)
-            attend_diagonals<nh()>(pb, dk, u.h0, u.i0, next, s);
+            attend_diagonals<nh()>(pb, dk, u.h0, u.i0,
+                                   t + ahead < tasks ? hb.at(t + ahead) : HeadBlock{0, 0, 0}, s);
           else
             attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s);
         });
