@@ -416,6 +416,8 @@ Problem packed_kv(const Problem& pb) {
   return p;
 }
 
+int64_t f32_kept_bytes() { return packed_k.bytes() + packed_v.bytes(); }
+
 void run(const Problem& pb0) {
   const Problem pb = packs_kv(pb0) ? packed_kv(pb0) : pb0;
   if (packs_heads(pb))
@@ -428,6 +430,8 @@ void run(const Problem& pb0) {
 
 #else  // portable fallback: one (row, head) at a time, two passes over the visible keys
 constexpr bool kAvx512Kernel = false;
+
+int64_t f32_kept_bytes() { return 0; }  // keeps no copies between calls
 
 void run(const Problem& pb) {
   const int64_t D = pb.D, group = pb.Hq / pb.Hkv;
@@ -485,7 +489,7 @@ void flash_attention(const AttentionArgs& a) {
 }
 
 int64_t attention_kept_bytes() {
-  return packed_k.bytes() + packed_v.bytes() + bf16_kept_bytes() + avx2_kept_bytes();
+  return f32_kept_bytes() + bf16_kept_bytes() + avx2_kept_bytes();
 }
 
 int64_t attention_kept_bytes_bound(int64_t nk, int64_t Hkv, int64_t D) {
