@@ -4,10 +4,7 @@
 // FLOPs". gpt-oss bench's shape (H = I = 1024, 8 experts, top 4), bf16, on the process's threads
 // (OMP_NUM_THREADS), for a MoE call of 1024 tokens (the engine's default chunk of the token-local
 // work, --chunk) and of 4096. With `shared` every expert is the same weight (one expert's 6 MiB
-// instead of eight), which separates the cost of eight experts' weights from the rest. `kernel`
-// picks the GEMM the f32 units run on (kernels/gemm.h LinearKernel: 0 oneDNN's matmul, 1 the AVX2
-// panel GEMM, which BF16 Linears use only on the f32 units: there bf16 runs on the f32 units for
-// both rows).
+// instead of eight), which separates the cost of eight experts' weights from the rest.
 //
 //   OMP_NUM_THREADS=2 build/release/bench/bench_moe
 #include <benchmark/benchmark.h>
@@ -16,7 +13,6 @@
 #include <vector>
 
 #include "slope/core/sys.h"
-#include "slope/kernels/cpu/gemm_panels.h"
 #include "slope/kernels/gemm.h"
 #include "slope/ops/backend.h"
 
@@ -24,7 +20,6 @@ namespace {
 
 using slope::DType;
 using slope::kernels::ComputeType;
-using slope::kernels::LinearKernel;
 using slope::kernels::WeightLayout;
 
 constexpr int64_t kHidden = 1024, kInter = 1024, kExperts = 8;
@@ -46,33 +41,16 @@ slope::ops::Linear random_linear(int64_t out, int64_t in, uint32_t seed, bool bi
                                   ComputeType::BF16);
 }
 
-// Sets the GEMM the Linears constructed in its scope run f32 products on; restores Auto.
-struct UseKernel {
-  explicit UseKernel(int64_t arg) {
-    slope::kernels::set_linear_kernel(arg ? LinearKernel::Panels : LinearKernel::OneDnn);
-  }
-  ~UseKernel() { slope::kernels::set_linear_kernel(LinearKernel::Auto); }
-};
-
-// Whether the run can take this kernel argument (the panel GEMM needs an AVX2 build), else skips.
-bool kernel_here(benchmark::State& state, int64_t arg) {
-  if (arg == 0 || slope::kernels::cpu::panel_gemm_built()) return true;
-  state.SkipWithError("this build has no panel GEMM");
-  return false;
-}
-
 void set_rate(benchmark::State& state, int64_t tokens) {
   const double flops = 2.0 * tokens * kTopK * 3 * kInter * kHidden;  // gate_up (2I) and down (I) per routed row
   state.counters["GFLOP/s"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["threads"] = slope::num_threads();
 }
 
-// args: tokens, shared (1: every expert the same weights), kernel
+// args: tokens, shared (1: every expert the same weights)
 void BM_MoeExperts(benchmark::State& state) {
   const int64_t tokens = state.range(0);
   const bool shared = state.range(1) != 0;
-  if (!kernel_here(state, state.range(2))) return;
-  const UseKernel use(state.range(2));
   const slope::ops::Backend& ops = slope::ops::cpu();
   std::vector<slope::ops::Linear> gate_up, down;
   for (int64_t e = 0; e < kExperts; ++e) {
@@ -96,17 +74,18 @@ void BM_MoeExperts(benchmark::State& state) {
   set_rate(state, tokens);
 }
 BENCHMARK(BM_MoeExperts)
-    ->ArgNames({"tokens", "shared", "kernel"})
-    ->ArgsProduct({{1024, 4096}, {0, 1}, {0, 1}})
+    ->ArgNames({"tokens", "shared"})
+    ->Args({1024, 0})
+    ->Args({1024, 1})
+    ->Args({4096, 0})
+    ->Args({4096, 1})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 
 // The dense MLP of the same FLOPs: gate_up to an intermediate of top_k · I, the SwiGLU, and down.
-// args: tokens, kernel
+// args: tokens
 void BM_DenseMlpSameFlops(benchmark::State& state) {
   const int64_t tokens = state.range(0), inter = kTopK * kInter;
-  if (!kernel_here(state, state.range(1))) return;
-  const UseKernel use(state.range(1));
   const slope::ops::Backend& ops = slope::ops::cpu();
   const slope::ops::Linear gu = random_linear(2 * inter, kHidden, 3, false);
   const slope::ops::Linear dn = random_linear(kHidden, inter, 5, false);
@@ -124,11 +103,7 @@ void BM_DenseMlpSameFlops(benchmark::State& state) {
   }
   set_rate(state, tokens);
 }
-BENCHMARK(BM_DenseMlpSameFlops)
-    ->ArgNames({"tokens", "kernel"})
-    ->ArgsProduct({{1024, 4096}, {0, 1}})
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DenseMlpSameFlops)->ArgName("tokens")->Arg(1024)->Arg(4096)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

@@ -58,16 +58,6 @@ class Linear {
 // Whether oneDNN has a bf16 matmul on this CPU.
 bool native_bf16_matmul_supported();
 
-// Which GEMM the Linears that compute in f32 (F32, and BF16 on the f32 units) are built on.
-// Auto: SLOPE's AVX2 panel GEMM (kernels/cpu/gemm_panels.h) where the build has AVX2 and FMA but
-// not AVX-512, since oneDNN's matmul there packs the weights again in every call; else oneDNN's
-// matmul. Panels: the panel GEMM wherever the build has AVX2 and FMA, also on an AVX-512 machine
-// (tests check it on every machine). Process-wide, for the Linears constructed afterwards.
-enum class LinearKernel { Auto, OneDnn, Panels };
-void set_linear_kernel(LinearKernel kernel);
-// What a Linear constructed now computes f32 on: OneDnn or Panels, never Auto.
-LinearKernel linear_kernel();
-
 // How many matmul primitives Linear has built in this process (each new row count of a shape
 // builds one): for tests and diagnostics.
 int64_t gemm_primitives_built();

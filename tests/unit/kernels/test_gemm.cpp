@@ -6,11 +6,8 @@
 // inputs, so only the f32 accumulation error remains and the same tolerance applies. Each BF16
 // case runs on both units a BF16 Linear can compute on (kernels/bf16_units.h): oneDNN's bf16
 // matmul where it has one, and the f32 units, so both are checked on every machine that has them
-// whichever of them bf16 mode would choose there. Likewise each f32 product runs on both GEMMs
-// a Linear can be built on (linear_kernel()): oneDNN's matmul and, where the build has AVX2,
-// the panel GEMM.
+// whichever of them bf16 mode would choose there.
 #include <gtest/gtest.h>
-#include <omp.h>
 
 #include <cmath>
 #include <random>
@@ -22,7 +19,6 @@
 #include "slope/core/error.h"
 #include "slope/core/half.h"
 #include "slope/kernels/cpu/amx.h"
-#include "slope/kernels/cpu/gemm_panels.h"
 #include "slope/kernels/gemm.h"
 
 namespace slope::kernels {
@@ -43,20 +39,6 @@ std::vector<Bf16Units> units_here() {
   return {Bf16Units::F32};
 }
 std::string units_name(Bf16Units u) { return u == Bf16Units::F32 ? " f32-units" : " bf16-units"; }
-
-// Sets the GEMM Linears constructed in its scope compute f32 on; restores Auto.
-struct UseLinearKernel {
-  explicit UseLinearKernel(LinearKernel k) { set_linear_kernel(k); }
-  ~UseLinearKernel() { set_linear_kernel(LinearKernel::Auto); }
-  UseLinearKernel(const UseLinearKernel&) = delete;
-  UseLinearKernel& operator=(const UseLinearKernel&) = delete;
-};
-// The GEMMs an f32 product can run on here.
-std::vector<LinearKernel> kernels_here() {
-  if (cpu::panel_gemm_built()) return {LinearKernel::OneDnn, LinearKernel::Panels};
-  return {LinearKernel::OneDnn};
-}
-std::string kernel_name(LinearKernel k) { return k == LinearKernel::Panels ? " panels" : " onednn"; }
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float lo = -1.f, float hi = 1.f) {
   std::mt19937 rng(seed);
@@ -150,11 +132,9 @@ TEST_P(LinearTest, MatchesDoubleReference) {
   const std::vector<float> bias = random_floats(N, 99);
   const float* b = with_bias ? bias.data() : nullptr;
   const bool bf16 = ct == ComputeType::BF16;
-  for (LinearKernel kernel : kernels_here())
   for (Bf16Units mm : units_here()) {
     if (!bf16 && mm != units_here().front()) continue;  // F32 does not depend on them
     const UseBf16Units use(mm);
-    const UseLinearKernel use_kernel(kernel);
     const Linear lin(w.data(wdtype), wdtype, layout, N, K, b, ct);
     EXPECT_EQ(lin.out_features(), N);
     EXPECT_EQ(lin.in_features(), K);
@@ -171,8 +151,7 @@ TEST_P(LinearTest, MatchesDoubleReference) {
         lin.forward(x.data(), M, y.data(), acc);
         std::vector<double> ref, mag;
         reference(x, w.f32, layout, b, acc ? &y0 : nullptr, M, N, K, bf16, ref, mag);
-        expect_close(y, ref, mag,
-                     "M=" + std::to_string(M) + (acc ? " accumulate" : "") + units_name(mm) + kernel_name(kernel));
+        expect_close(y, ref, mag, "M=" + std::to_string(M) + (acc ? " accumulate" : "") + units_name(mm));
       }
     }
   }
@@ -197,50 +176,46 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Bool()),
     param_name);
 
-// A shape large enough for oneDNN's K and N blocking to take several blocks, and for the panel
-// GEMM's rows to take two blocks and its last panel one output.
+// A shape large enough for oneDNN's K and N blocking to take several blocks.
 TEST(Linear, LargerShapeBothComputeTypes) {
   const int64_t M = 67, N = 513, K = 1031;
   const Weights w = make_weights(N * K, DType::F32, 3);
   const auto bias = random_floats(N, 4);
   const auto x = random_floats(M * K, 5);
-  for (LinearKernel kernel : kernels_here())
   for (ComputeType ct : {ComputeType::F32, ComputeType::BF16})
     for (Bf16Units mm : units_here()) {
       if (ct == ComputeType::F32 && mm != units_here().front()) continue;  // F32 does not depend on them
       const UseBf16Units use(mm);
-      const UseLinearKernel use_kernel(kernel);
       const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, bias.data(), ct);
       std::vector<float> y(M * N);
       lin.forward(x.data(), M, y.data());
       std::vector<double> ref, mag;
       reference(x, w.f32, WeightLayout::OutIn, bias.data(), nullptr, M, N, K,
                 ct == ComputeType::BF16, ref, mag);
-      expect_close(y, ref, mag, (ct == ComputeType::F32 ? "f32" : "bf16") + units_name(mm) + kernel_name(kernel));
+      expect_close(y, ref, mag, (ct == ComputeType::F32 ? "f32" : "bf16") + units_name(mm));
     }
 }
 
 TEST(Linear, ConcurrentForwardWithDistinctOutputs) {
   const int64_t N = 65, K = 129;
   const Weights w = make_weights(N * K, DType::BF16, 11);
-  for (LinearKernel kernel : kernels_here()) {
-    const UseLinearKernel use_kernel(kernel);
-    const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, nullptr, ComputeType::BF16);
-    std::vector<std::thread> threads;
-    std::vector<std::vector<float>> xs, ys(4);
-    for (int t = 0; t < 4; ++t) xs.push_back(random_floats((t + 1) * 9 * K, 100 + t));
-    for (int t = 0; t < 4; ++t) {
-      ys[t].resize((t + 1) * 9 * N);
-      threads.emplace_back([&, t] {
-        for (int rep = 0; rep < 5; ++rep) lin.forward(xs[t].data(), (t + 1) * 9, ys[t].data());
-      });
-    }
-    for (auto& th : threads) th.join();
-    for (int t = 0; t < 4; ++t) {
-      std::vector<double> ref, mag;
-      reference(xs[t], w.f32, WeightLayout::InOut, nullptr, nullptr, (t + 1) * 9, N, K, true, ref, mag);
-      expect_close(ys[t], ref, mag, "thread " + std::to_string(t) + kernel_name(kernel));
-    }
+  const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, nullptr,
+                   ComputeType::BF16);
+  std::vector<std::thread> threads;
+  std::vector<std::vector<float>> xs, ys(4);
+  for (int t = 0; t < 4; ++t) xs.push_back(random_floats((t + 1) * 9 * K, 100 + t));
+  for (int t = 0; t < 4; ++t) {
+    ys[t].resize((t + 1) * 9 * N);
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 5; ++rep) lin.forward(xs[t].data(), (t + 1) * 9, ys[t].data());
+    });
+  }
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) {
+    std::vector<double> ref, mag;
+    reference(xs[t], w.f32, WeightLayout::InOut, nullptr, nullptr, (t + 1) * 9, N, K, true, ref,
+              mag);
+    expect_close(ys[t], ref, mag, "thread " + std::to_string(t));
   }
 }
 
@@ -265,10 +240,8 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
   const int64_t N = 131, K = 67;
   const Weights w = make_weights(N * K, DType::BF16, 21);
   const auto bias = random_floats(N, 22);
-  for (LinearKernel kernel : kernels_here())
   for (Bf16Units mm : units_here()) {
     const UseBf16Units use(mm);
-    const UseLinearKernel use_kernel(kernel);
     const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::InOut, N, K, bias.data(),
                      ComputeType::BF16);
     for (int64_t M : {1, 5, 33}) {
@@ -285,7 +258,7 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
         std::vector<double> ref, mag;
         reference(x, w.f32, WeightLayout::InOut, bias.data(), acc ? &y0 : nullptr, M, N, K, true, ref,
                   mag);
-        expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M) + units_name(mm) + kernel_name(kernel));
+        expect_close(got, ref, mag, "forward_bf16 M=" + std::to_string(M) + units_name(mm));
       }
     }
   }
@@ -306,22 +279,16 @@ bool amx_bf16_matmul() { return bf16_units() == Bf16Units::Bf16 && cpu::amx_usab
 // instead (twice kRelTol: each side's error against the double reference). So are BF16 rows on
 // oneDNN's AMX matmul (measured on a Sapphire Rapids: 15 rows in one call and one per call
 // differ in the last bits).
-// The panel GEMM computes each output the same way whatever the row count, so its rows are
-// checked bit for bit on every machine.
 TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
   const bool kAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                        __builtin_cpu_supports("avx512vl");
   for (auto [N, K] : {std::pair<int64_t, int64_t>{2048, 1024}, std::pair<int64_t, int64_t>{131, 67}}) {
     const Weights w = make_weights(N * K, DType::BF16, uint32_t(N + K));
     const auto bias = random_floats(N, 23);
-    for (LinearKernel kernel : kernels_here())
     for (Bf16Units mm : units_here())
       for (ComputeType ct : {ComputeType::BF16, ComputeType::F32}) {
         const UseBf16Units use(mm);
-        const UseLinearKernel use_kernel(kernel);
-        const bool f32_products = ct == ComputeType::F32 || bf16_units() == Bf16Units::F32;
-        const bool kExactRows = (kernel == LinearKernel::Panels && f32_products) ||
-                                (kAvx512 && !(ct == ComputeType::BF16 && amx_bf16_matmul()));
+        const bool kExactRows = kAvx512 && !(ct == ComputeType::BF16 && amx_bf16_matmul());
         const Linear lin(w.data(DType::BF16), DType::BF16, WeightLayout::OutIn, N, K, bias.data(), ct);
         for (int64_t M : {15, 16, 17, 47, 100}) {
           const auto x = random_floats(M * K, uint32_t(60 + M));
@@ -336,7 +303,7 @@ TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
                         ct == ComputeType::BF16, ref, mag);
             for (int64_t i = 0; i < M * N; ++i) {
               const std::string where = "N=" + std::to_string(N) + " bf16=" +
-                                        std::to_string(ct == ComputeType::BF16) + units_name(mm) + kernel_name(kernel) +
+                                        std::to_string(ct == ComputeType::BF16) + units_name(mm) +
                                         " M=" + std::to_string(M) + " acc=" + std::to_string(acc) +
                                         " row " + std::to_string(i / N);
               if (kExactRows)
@@ -350,40 +317,11 @@ TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
   }
 }
 
-// The panel GEMM's threads split a call by panels (where each thread gets several) or by row
-// groups; either way every output is the same as on one thread, bit for bit.
-TEST(Linear, PanelRowsDoNotDependOnTheThreads) {
-  if (!cpu::panel_gemm_built()) GTEST_SKIP() << "this build has no panel GEMM (no AVX2 and FMA)";
-  const UseLinearKernel use_kernel(LinearKernel::Panels);
-  for (auto [N, K] : {std::pair<int64_t, int64_t>{40, 1024}, std::pair<int64_t, int64_t>{257, 700}}) {
-    const Weights w = make_weights(N * K, DType::F32, uint32_t(N * 3 + K));
-    const auto bias = random_floats(N, 24);
-    const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::InOut, N, K, bias.data(), ComputeType::F32);
-    const int64_t M = 203;
-    const auto x = random_floats(M * K, 25);
-    for (bool acc : {false, true}) {
-      const auto y0 = random_floats(M * N, 26);
-      std::vector<float> one = y0, two = y0;
-      const int threads = omp_get_max_threads();
-      omp_set_num_threads(1);
-      lin.forward(x.data(), M, one.data(), acc);
-      omp_set_num_threads(2);
-      lin.forward(x.data(), M, two.data(), acc);
-      omp_set_num_threads(threads);
-      for (int64_t i = 0; i < M * N; ++i) ASSERT_EQ(one[i], two[i]) << "N=" << N << " acc=" << acc << " at " << i;
-      std::vector<double> ref, mag;
-      reference(x, w.f32, WeightLayout::InOut, bias.data(), acc ? &y0 : nullptr, M, N, K, false, ref, mag);
-      expect_close(two, ref, mag, "N=" + std::to_string(N) + (acc ? " accumulate" : ""));
-    }
-  }
-}
-
 // Row counts of one shape past 16 build primitives only for multiples of 16 and for the
 // remainders: 48 row counts from 161 to 208 (three multiples of 16 and all 15 remainders, with
 // and without accumulation) build at most 2·(4 + 15) primitives, not 2·48. On AMX (BF16 on
 // oneDNN's bf16 matmul) the quantum is 64: 128 and 192, the remainders 1 to 16 and 33 to 63.
 TEST(Linear, RowCountsShareFewPrimitives) {
-  const UseLinearKernel use_kernel(LinearKernel::OneDnn);
   const int64_t N = 48, K = 40;  // a shape no other test uses, so the cache holds none of it
   const Weights w = make_weights(N * K, DType::F32, 31);
   const Linear lin(w.data(DType::F32), DType::F32, WeightLayout::OutIn, N, K, nullptr, ComputeType::BF16);

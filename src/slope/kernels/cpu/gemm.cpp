@@ -34,14 +34,8 @@
 // BF16 Linears run oneDNN's bf16 matmul or the same numbers on the f32 matmul, as bf16_units()
 // says (kernels/bf16_units.h): on the f32 units the weights are widened once from bf16 at load,
 // and the rows rounded to bf16 and widened in the pass that would have converted them.
-//
-// On CPUs without AVX-512 the f32 products run on SLOPE's panel GEMM instead (linear_kernel(),
-// kernels/cpu/gemm_panels.h): there oneDNN's matmul is its gemm:jit, which packs the weights
-// again in every call. The panel GEMM's rows do not depend on the row count, so its calls are not
-// split by row quantum.
 #include "slope/kernels/gemm.h"
 #include "slope/kernels/cpu/amx.h"
-#include "slope/kernels/cpu/gemm_panels.h"
 
 #include <immintrin.h>
 #include <omp.h>
@@ -94,7 +88,6 @@ constexpr int64_t kRowQuantum = 16;
 constexpr int64_t kAmxRowQuantum = 64;
 
 std::atomic<int64_t> g_primitives_built{0};
-std::atomic<LinearKernel> g_linear_kernel{LinearKernel::Auto};
 
 // One executable matmul and the scratchpad size it needs.
 struct Prim {
@@ -200,26 +193,11 @@ bool native_bf16_matmul_supported() {
   return supported;
 }
 
-void set_linear_kernel(LinearKernel kernel) { g_linear_kernel.store(kernel); }
-
-LinearKernel linear_kernel() {
-  const LinearKernel k = g_linear_kernel.load();
-  if (!cpu::panel_gemm_built()) return LinearKernel::OneDnn;
-  if (k != LinearKernel::Auto) return k;
-#if defined(__AVX512F__)
-  return LinearKernel::OneDnn;
-#else
-  return LinearKernel::Panels;
-#endif
-}
-
 struct Linear::Impl {
   int64_t N = 0, K = 0;
   ComputeType ct = ComputeType::F32;
   bool f32_units = false;  // a BF16 Linear on the f32 matmul (Bf16Units::F32)
   bool has_bias = false;
-  bool panels = false;  // f32 products on the panel GEMM (linear_kernel()), not oneDNN
-  cpu::PanelWeights panel_weights;
   dnnl::memory::desc packed_md;  // weights [K, N] in oneDNN's chosen blocked layout
   dnnl::memory weights;
   dnnl::memory bias;  // [1, N] f32
@@ -321,12 +299,6 @@ Linear::Linear(const void* weight, DType wdtype, WeightLayout layout, int64_t ou
     }
   }
 
-  if (m.compute_dt() == dt::f32 && linear_kernel() == LinearKernel::Panels) {
-    m.panels = true;
-    m.panel_weights = cpu::PanelWeights(static_cast<const float*>(plain), layout == WeightLayout::OutIn, N, K, bias);
-    return;
-  }
-
   // 2. oneDNN's weights are logically [K, N]: OutIn [N, K] row-major is tag::ba, InOut is ab.
   const tag plain_tag = layout == WeightLayout::OutIn ? tag::ba : tag::ab;
   dnnl::memory::desc plain_md({K, N}, m.compute_dt(), plain_tag);
@@ -378,7 +350,6 @@ void Linear::forward_bf16(const uint16_t* x, int64_t M, float* y, bool accumulat
 }
 
 void Linear::run(const void* src, int64_t M, float* y, bool accumulate) const {
-  if (impl_->panels) return impl_->panel_weights.forward(static_cast<const float*>(src), M, y, accumulate);
   const int64_t quantum =
       impl_->compute_dt() == dt::bf16 && cpu::amx_usable() ? kAmxRowQuantum : kRowQuantum;
   const int64_t rest = M % quantum;
@@ -416,10 +387,7 @@ int64_t gemm_primitives_built() { return g_primitives_built.load(std::memory_ord
 
 int64_t Linear::in_features() const { return impl_ ? impl_->K : 0; }
 int64_t Linear::out_features() const { return impl_ ? impl_->N : 0; }
-size_t Linear::weight_bytes() const {
-  if (!impl_) return 0;
-  return impl_->panels ? impl_->panel_weights.bytes() : impl_->packed_md.get_size();
-}
+size_t Linear::weight_bytes() const { return impl_ ? impl_->packed_md.get_size() : 0; }
 ComputeType Linear::compute_type() const { return impl_ ? impl_->ct : ComputeType::F32; }
 
 void gemm_f32(int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
