@@ -371,6 +371,14 @@ TEST(Linear, Bf16UnitsAgree) {
     ASSERT_LE(std::abs(double(native[i]) - units[i]), 2 * kRelTol * mag[i]) << "index " << i;
 }
 
+// oneDNN 2.6 packs an f32 matmul's weights once (brgemm) on AVX-512 CPUs and inside every call
+// (gemm:jit) on AVX2 ones; the MoE sizes its expert calls by this answer (ops/cpu/backend_cpu.cpp).
+TEST(Linear, F32MatmulPacksPerCallOnlyWithoutAvx512) {
+  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                      __builtin_cpu_supports("avx512vl");
+  EXPECT_EQ(f32_matmul_packs_per_call(), !avx512);
+}
+
 TEST(Linear, ForwardBf16RejectsAnF32Linear) {
   const auto w = random_floats(6, 1);
   const Linear lin(w.data(), DType::F32, WeightLayout::OutIn, 2, 3, nullptr, ComputeType::F32);

@@ -193,6 +193,16 @@ bool native_bf16_matmul_supported() {
   return supported;
 }
 
+bool f32_matmul_packs_per_call() {
+  static const bool packs = [] {
+    dnnl::memory::desc src({128, 1024}, dt::f32, tag::ab), wei({1024, 2048}, dt::f32, tag::any),
+        dst({128, 2048}, dt::f32, tag::ab);
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(src, wei, dst), cpu_engine());
+    return std::strstr(pd.impl_info_str(), "gemm:jit") != nullptr;
+  }();
+  return packs;
+}
+
 struct Linear::Impl {
   int64_t N = 0, K = 0;
   ComputeType ct = ComputeType::F32;

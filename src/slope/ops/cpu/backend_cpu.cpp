@@ -137,6 +137,10 @@ class CpuBackend final : public Backend {
   // GEMMs, 1 MiB; an expert of a 1024-token chunk has about 512 rows, 4 MiB of gate_up output).
   // On AMX the MLP phase took 11-15% less time than with whole experts (docs/performance.md,
   // tenth window); on the f32 units and on oneDNN's vdpbf16ps matmul 0-2% (the noise).
+  // Where oneDNN's f32 matmul packs the weights in every call (CPUs without AVX-512,
+  // kernels::f32_matmul_packs_per_call) each expert runs whole: 128-row calls there ran at half
+  // the rate of 512-row ones, and whole experts took the gpt-oss bench prefill at 4K 1.5-1.6x
+  // faster on a Zen 3 (docs/performance.md, nineteenth window).
   static constexpr int64_t kExpertRows = 128;
   void moe_experts(const std::vector<Linear>& gate_up, const std::vector<Linear>& down, const ExpertRouting& g,
                    const float* x, int64_t H, int64_t I, float alpha, float limit, float* h) const override {
@@ -156,7 +160,8 @@ class CpuBackend final : public Backend {
     // Expert e's rows of y: gather, gate_up, SwiGLU, down, on this thread's buffers, kExpertRows
     // rows at a time.
     auto run_expert = [&](int64_t e) {
-      const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0, chunk = std::min(rows, kExpertRows);
+      const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
+      const int64_t chunk = kernels::f32_matmul_packs_per_call() ? rows : std::min(rows, kExpertRows);
       thread_local std::vector<uint16_t> xin_buf, act_buf;
       thread_local std::vector<float> gu_buf;
       uint16_t* xin = thread_scratch(xin_buf, chunk * H);
