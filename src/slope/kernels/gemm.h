@@ -61,7 +61,7 @@ bool native_bf16_matmul_supported();
 // Whether oneDNN's f32 matmul here packs the weights again inside every call (its gemm:jit, which
 // oneDNN 2.6 runs on CPUs without AVX-512) instead of using the copy Linear packed once. There a
 // call's cost per row falls with its row count, so callers should make calls of many rows: one
-// thread of a Zen 3 at N 2048, K 1024 ran 39-42 GFLOP/s at 128 rows and 77-82 at 512
+// thread of a Zen 3 at N 2048, K 1024 ran 33-42 GFLOP/s at 128 rows and 69-82 at 512
 // (docs/performance.md, "nineteenth window").
 bool f32_matmul_packs_per_call();
 

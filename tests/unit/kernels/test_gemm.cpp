@@ -264,6 +264,11 @@ TEST(Linear, ForwardBf16EqualsForwardOnRoundedRows) {
   }
 }
 
+// The CPU has the AVX-512 subsets oneDNN's AVX-512 matmul (brgemm) needs.
+bool cpu_has_avx512() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
 // BF16 Linears run oneDNN's bf16 matmul on AMX tiles here (with the units now chosen).
 bool amx_bf16_matmul() { return bf16_units() == Bf16Units::Bf16 && cpu::amx_usable(); }
 
@@ -280,8 +285,7 @@ bool amx_bf16_matmul() { return bf16_units() == Bf16Units::Bf16 && cpu::amx_usab
 // oneDNN's AMX matmul (measured on a Sapphire Rapids: 15 rows in one call and one per call
 // differ in the last bits).
 TEST(Linear, RowResultsDoNotDependOnTheRowCount) {
-  const bool kAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("avx512vl");
+  const bool kAvx512 = cpu_has_avx512();
   for (auto [N, K] : {std::pair<int64_t, int64_t>{2048, 1024}, std::pair<int64_t, int64_t>{131, 67}}) {
     const Weights w = make_weights(N * K, DType::BF16, uint32_t(N + K));
     const auto bias = random_floats(N, 23);
@@ -374,9 +378,7 @@ TEST(Linear, Bf16UnitsAgree) {
 // oneDNN 2.6 packs an f32 matmul's weights once (brgemm) on AVX-512 CPUs and inside every call
 // (gemm:jit) on AVX2 ones; the MoE sizes its expert calls by this answer (ops/cpu/backend_cpu.cpp).
 TEST(Linear, F32MatmulPacksPerCallOnlyWithoutAvx512) {
-  const bool avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                      __builtin_cpu_supports("avx512vl");
-  EXPECT_EQ(f32_matmul_packs_per_call(), !avx512);
+  EXPECT_EQ(f32_matmul_packs_per_call(), !cpu_has_avx512());
 }
 
 TEST(Linear, ForwardBf16RejectsAnF32Linear) {

@@ -139,8 +139,8 @@ class CpuBackend final : public Backend {
   // tenth window); on the f32 units and on oneDNN's vdpbf16ps matmul 0-2% (the noise).
   // Where oneDNN's f32 matmul packs the weights in every call (CPUs without AVX-512,
   // kernels::f32_matmul_packs_per_call) each expert runs whole: 128-row calls there ran at half
-  // the rate of 512-row ones, and whole experts took the gpt-oss bench prefill at 4K 1.5-1.6x
-  // faster on a Zen 3 (docs/performance.md, nineteenth window).
+  // the rate of 512-row ones, and whole experts took the gpt-oss bench prefill 1.65-1.75x faster
+  // at 4K and 1.45x at 16K on a Zen 3 (docs/performance.md, nineteenth window).
   static constexpr int64_t kExpertRows = 128;
   void moe_experts(const std::vector<Linear>& gate_up, const std::vector<Linear>& down, const ExpertRouting& g,
                    const float* x, int64_t H, int64_t I, float alpha, float limit, float* h) const override {
@@ -157,11 +157,11 @@ class CpuBackend final : public Backend {
     const int64_t total = g.offsets[E];
     thread_local std::vector<float> y_buf;
     float* y = thread_scratch(y_buf, total * H);
-    // Expert e's rows of y: gather, gate_up, SwiGLU, down, on this thread's buffers, kExpertRows
+    // Expert e's rows of y: gather, gate_up, SwiGLU, down, on this thread's buffers, max_rows
     // rows at a time.
+    const int64_t max_rows = kernels::f32_matmul_packs_per_call() ? total : kExpertRows;
     auto run_expert = [&](int64_t e) {
-      const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0;
-      const int64_t chunk = kernels::f32_matmul_packs_per_call() ? rows : std::min(rows, kExpertRows);
+      const int64_t r0 = g.offsets[e], rows = g.offsets[e + 1] - r0, chunk = std::min(rows, max_rows);
       thread_local std::vector<uint16_t> xin_buf, act_buf;
       thread_local std::vector<float> gu_buf;
       uint16_t* xin = thread_scratch(xin_buf, chunk * H);
