@@ -1,5 +1,6 @@
 # Shared by run_all.sh and run_llama16k.sh, and issue14j's scripts (sourced, with $out set): the run's start, the peak probe after each
 # step, one SLOPE prefill as one JSON line with the probes around it, and one llama.cpp run.
+# bench_models: g and l name the gpt-oss and llama bench models (bf16); the llama one is made if missing.
 export SLOPE_REF_VENV="${SLOPE_REF_VENV:-/root/.cache/slope/venv-kv}"
 probe() { echo "$(date -u +%H:%M:%S) $1 $(scripts/peak_probe.sh)" | tee -a "$out/timeline.txt"; }
 begin() {  # the run's cpu.txt and commit.txt, and its first probe
@@ -22,4 +23,9 @@ peer() {  # MODEL TOKENS FA LABEL [extra llama-bench args]
   scripts/bench_peer.sh -o jsonl -r 1 --model "$m" -p "$n" --fa "$fa" "$@" | grep '^{' |
     python3 -c "import json,sys; [print(json.dumps(dict(json.loads(l), label=sys.argv[1]))) for l in sys.stdin]" "$label" >> "$out/peer.jsonl"
   probe "peer-$label"
+}
+bench_models() {
+  g=models/bench-gpt-oss-bf16 l=models/bench-llama-bf16
+  [ -f "$l/model.safetensors" ] ||
+    build/release/slope make-model --arch llama --preset bench --seed 1 --dtype bf16 --out "$l" > /dev/null
 }

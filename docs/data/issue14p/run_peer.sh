@@ -8,9 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="$1"
 source docs/data/issue14i/helpers.sh
-g=models/bench-gpt-oss-bf16 l=models/bench-llama-bf16
-[ -f "$l/model.safetensors" ] ||
-  build/release/slope make-model --arch llama --preset bench --seed 1 --dtype bf16 --out "$l" > /dev/null
+bench_models
 begin
 for n in 4096 16384 32768; do slope "$g" "$n" "gpt-oss-$n-1"; done
 peer "$g" 4096 0,1 gpt-oss-4096

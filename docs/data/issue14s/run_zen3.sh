@@ -9,9 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="$1"
 source docs/data/issue14i/helpers.sh
-g=models/bench-gpt-oss-bf16 l=models/bench-llama-bf16
-[ -f "$l/model.safetensors" ] ||
-  build/release/slope make-model --arch llama --preset bench --seed 1 --dtype bf16 --out "$l" > /dev/null
+bench_models
 begin
 OMP_NUM_THREADS=2 build/release/bench/bench_moe --benchmark_min_time=1 > "$out/bench_moe.txt" 2>&1
 probe bench_moe

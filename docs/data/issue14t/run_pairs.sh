@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 out="$1" rounds="${2:-3}"
 source docs/data/issue14i/helpers.sh
-g=models/bench-gpt-oss-bf16 l=models/bench-llama-bf16
+bench_models
 begin
 for r in $(seq "$rounds"); do
   fa=1; [ "$r" = 1 ] && fa=0,1
