@@ -8,7 +8,8 @@
 # Usage: run_fa_peer.sh ROUNDS [TEST_BACKEND_OPS] > OUT.txt
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-tbo="${2:-/opt/peer/build-0.3.36/bin/test-backend-ops}"
+. scripts/llamacpp-sdist.sh   # LCP_VERSION: bench_peer.sh builds into $SLOPE_PEER_DIR/build-$LCP_VERSION
+tbo="${2:-${SLOPE_PEER_DIR:-/opt/peer}/build-$LCP_VERSION/bin/test-backend-ops}"
 for r in $(seq "${1:-3}"); do
   echo "round $r probe $(scripts/peak_probe.sh)"
   OMP_NUM_THREADS=1 build/release/bench/bench_attention --benchmark_filter='BM_NoMask(Bf16)?/' \

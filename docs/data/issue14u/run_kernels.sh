@@ -7,7 +7,7 @@
 # Usage: run_kernels.sh ROUNDS > OUT.txt
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
-py=/root/.cache/slope/venv-kv/bin/python
+py="${SLOPE_REF_VENV:-/root/.cache/slope/venv-kv}/bin/python"
 for r in $(seq "${1:-2}"); do
   echo "round $r probe $(scripts/peak_probe.sh)"
   OMP_NUM_THREADS=2 build/release/bench/bench_attention \
