@@ -415,6 +415,21 @@ TEST_P(FlashAttention, Placements) {
       }
 }
 
+// KV groups of 8 query heads (gpt-oss-120b's 64 over 8), whose AVX2 units fill all 16 (block,
+// head) slots, and of 9 (two chunks of heads); odd lengths, so the last unit has one block.
+TEST_P(FlashAttention, GroupsOfEightAndNineHeads) {
+  std::mt19937 rng(88);
+  int n = 0;
+  for (const AttentionShape shape :
+       {AttentionShape{16, 2, 20}, AttentionShape{8, 1, 64}, AttentionShape{9, 1, 16}})
+    for (int64_t len : {17, 47, 130})
+      for (int64_t window : {int64_t{0}, int64_t{5}, int64_t{128}}) {
+        const Inputs in = make_inputs(rng, len, 40, len, 40, shape, {true, window}, 0.2f, n++ % 2);
+        SCOPED_TRACE(describe(in));
+        check_flash(in, ct());
+      }
+}
+
 TEST_P(FlashAttention, FutureKeysGiveEmptyRows) {
   std::mt19937 rng(3);
   const Inputs in = make_inputs(rng, 33, 0, 64, 33, {4, 2, 24}, {true, 0}, 0.2f, false);

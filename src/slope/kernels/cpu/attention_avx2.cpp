@@ -5,17 +5,18 @@
 // The contract is attention.cpp's (output + LSE, causal and window masks, sinks, GQA, global
 // positions), with the same vertical online softmax over the query lanes and the same exp2
 // (exp2_avx2.h), in a simpler shape. A query block is 16 positions (two ymm vectors) of one
-// head; a work unit is up to 8 of them, the query heads of one KV group (up to 8) over one or
-// two consecutive blocks of positions, against key blocks of 64, each key block loaded once for
+// head; a work unit is up to 16 of them, the query heads of one KV group (up to 8) over two
+// consecutive blocks of positions, against key blocks of 64, each key block loaded once for
 // all of them: AVX2's 16 registers hold the 6 x 2 accumulators of a micro-kernel that broadcasts 6
 // keys (QK) or 6 head dims (PV) against the two query vectors of a block. Sixteen positions is
 // the window shape the planner counts (W + 15 keys per row under a window of W), so window units
 // need no bands. Units of one head each ran causal 4K at 56 GFLOP/s with 16 heads over 4 KV heads
 // against 108 with 4 over 1 (Zen 3): each unit streamed its K/V again. For the same reason a
-// group of up to 4 heads takes two blocks of positions a unit: with one, a unit read the whole
-// prefix's K/V (16 MB at 32K with one KV head of 64 dims) for 16 positions, and causal 32K ran at
-// 0.8-0.9 of the 4K rate; with two, 1.07-1.10x faster at 32K and 1.05-1.09x at 16K on two
-// threads, the same at 4K (Zen 3, docs/performance.md). K and V are read head-major
+// unit takes two blocks of positions: with one, a unit read the whole prefix's K/V (16 MB at 32K
+// with one KV head of 64 dims) for 16 positions, and causal 32K ran at 0.8-0.9 of the 4K rate.
+// With two, 4 heads over 1 ran 1.07-1.10x faster at 32K and 1.05-1.09x at 16K on two threads,
+// 8 over 1 (gpt-oss-120b's group) 1.02-1.07x at 16K and 32K, all within 2% at 4K; four blocks
+// for 4 heads gained no more (Zen 3, docs/performance.md). K and V are read head-major
 // (HeadMajorKv). The rows' LSE and factor are finalised one at a time in double (finish_row):
 // O(1) per row against O(D · keys) for the unit.
 #include <algorithm>
@@ -35,9 +36,9 @@ constexpr int kRows = 16;  // query rows of a block: two vectors
 constexpr int kKeys = 64;  // keys of a block
 constexpr int kNB = 6;     // keys (QK) or head dims (PV) per micro-kernel step
 constexpr int kMaxHeads = 8;  // query heads of one KV group in a unit
-constexpr int kMaxBlocks = 2;  // blocks of kRows positions in a unit
-constexpr int kMaxSlots = 8;   // (block, head) pairs of a unit: its queries, running state and output
-static_assert(kMaxHeads <= kMaxSlots, "a unit of one block takes up to kMaxHeads slots");
+constexpr int kBlocks = 2;  // blocks of kRows positions in a unit (fewer at the end of the queries)
+// (block, head) pairs of a unit: each one's queries, running state and output.
+constexpr int kMaxSlots = kMaxHeads * kBlocks;
 
 // st[b][0..15] = Σ_d k[b, d] · qt[d][0..15] for NB keys, k rows kstride apart.
 template <int NB>
@@ -311,13 +312,10 @@ thread_local GrowBuf<float> kept_k, kept_v;  // the head-major copies of K and V
 bool run_avx2(const Problem& pb) {
   const int64_t D = pb.D;
   // Units: up to kMaxHeads heads of one KV group (a group of more takes ceil(group /
-  // kMaxHeads) near-equal chunks) over a span of nb blocks of 16 positions, as many as the
-  // slots allow (two with up to 4 heads); one KV head at a time (its K/V stay in the cache while
-  // its units read them), later (longer) spans first.
+  // kMaxHeads) near-equal chunks) over a span of kBlocks blocks of 16 positions; one KV head at
+  // a time (its K/V stay in the cache while its units read them), later (longer) spans first.
   const int64_t group = pb.Hq / pb.Hkv, chunks = (group + kMaxHeads - 1) / kMaxHeads;
-  const int64_t chunk_heads = (group + chunks - 1) / chunks;  // the most heads a chunk has
-  const int nb = static_cast<int>(std::clamp<int64_t>(kMaxSlots / chunk_heads, 1, kMaxBlocks));
-  const int64_t nqb = (pb.nq + kRows - 1) / kRows, nspans = (nqb + nb - 1) / nb;
+  const int64_t nqb = (pb.nq + kRows - 1) / kRows, nspans = (nqb + kBlocks - 1) / kBlocks;
   const int64_t per_kv_head = nspans * chunks, tasks = per_kv_head * pb.Hkv;
   // The head-major copies (with one KV head, none), kept by the calling thread (GrowBuf).
   const bool pack = pb.Hkv > 1;
@@ -344,9 +342,9 @@ bool run_avx2(const Problem& pb) {
       const int64_t g = t / per_kv_head, u = t % per_kv_head;
       const int64_t span = nspans - 1 - u / chunks, c = u % chunks;
       const int64_t a = c * group / chunks, e = (c + 1) * group / chunks;  // heads [a, e) of g
-      const int64_t b0 = span * nb;  // the span's first block
+      const int64_t b0 = span * kBlocks;  // the span's first block
       attend_unit(pb, kv, g * group + a, static_cast<int>(e - a), b0 * kRows,
-                  static_cast<int>(std::min<int64_t>(nb, nqb - b0)), s);
+                  static_cast<int>(std::min<int64_t>(kBlocks, nqb - b0)), s);
     }
   }
   return true;
