@@ -416,7 +416,8 @@ TEST_P(FlashAttention, Placements) {
 }
 
 // KV groups of 8 query heads (gpt-oss-120b's 64 over 8), whose AVX2 units fill all 16 (block,
-// head) slots, and of 9 (two chunks of heads); odd lengths, so the last unit has one block.
+// head) slots, and of 9 (two chunks of heads); 47 and 130 rows are an odd number of 16-row
+// blocks, so the last unit has one block.
 TEST_P(FlashAttention, GroupsOfEightAndNineHeads) {
   std::mt19937 rng(88);
   int n = 0;
