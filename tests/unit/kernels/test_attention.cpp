@@ -664,6 +664,29 @@ TEST_P(FlashAttention, WindowDiagonalUnits) {
     }
 }
 
+// Scores far apart: every query has 1 in its first dimension and every 131st key 200 there,
+// so a row sees at most one such key under window 128, scoring about 200 where its other keys
+// score a few units: more than exp's range apart (88 in e^x). A softmax whose running max
+// missed that key would turn its weight into Inf. Windows 128 and 48 (the diagonal units in
+// bf16), with sinks under 48, 16 over 4 heads and 8 over 1, against exact attention. (Under a
+// full causal mask a row would see several such keys, whose weights' f32 rounding at scores of
+// 200 is more than the f32 bound allows.)
+TEST_P(FlashAttention, ScoresFarApart) {
+  std::mt19937 rng(53);
+  for (int64_t window : {128, 48})
+    for (const AttentionShape shape : {AttentionShape{16, 4, 64}, AttentionShape{8, 1, 64}}) {
+      Inputs in = make_inputs(rng, 200, 300, 500, 0, shape, {true, window}, 1.0f, window == 48);
+      const int64_t D = shape.head_dim;
+      for (int64_t t = 0; t < in.nq * shape.num_q_heads; ++t) in.q[t * D] = 1.0f;
+      for (int64_t j = 0; j < in.nk; j += 131)
+        for (int64_t g = 0; g < shape.num_kv_heads; ++g) in.k[(j * shape.num_kv_heads + g) * D] = 200.0f;
+      SCOPED_TRACE(describe(in));
+      std::vector<float> out, lse;
+      run_flash(in, ct(), out, lse);
+      expect_matches(in, ct(), out, lse);
+    }
+}
+
 // A call of more rows than the bf16 kernel's diagonal units take at a time (kDiagonalRows, 1024)
 // runs in parts of that many rows, each packing the keys its rows see: calls just over one part,
 // over two with a last partial part, keys from the sequence's start, before the windows and at
