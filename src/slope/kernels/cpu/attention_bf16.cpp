@@ -827,7 +827,7 @@ void pack_diagonals(const Problem& pb, const DiagKv& dk, uint32_t* ks, uint32_t*
 // rows (dim pairs) ksl apart.
 template <int QV, int S, int NJ>
 inline void qk_diagonals(const uint32_t* qp, const uint32_t* ks, int64_t ksl, int64_t Dh,
-                         float* st) {
+                         float* st, __m512 (&mx)[QV]) {
   constexpr int kBq = 16 * QV;
   __m512 acc[NJ][QV];
   for (int n = 0; n < NJ; ++n)
@@ -846,7 +846,10 @@ inline void qk_diagonals(const uint32_t* qp, const uint32_t* ks, int64_t ksl, in
     }(std::make_integer_sequence<int, NJ>{});
   }
   for (int n = 0; n < NJ; ++n)
-    for (int v = 0; v < QV; ++v) _mm512_store_ps(st + (S + n) * kBq + 16 * v, acc[n][v]);
+    for (int v = 0; v < QV; ++v) {
+      _mm512_store_ps(st + (S + n) * kBq + 16 * v, acc[n][v]);
+      mx[v] = _mm512_max_ps(mx[v], acc[n][v]);
+    }
 }
 
 // ot[d .. d + 3][·] = Σ_i Vs[d][b0 + · + 2i] · Pp[i][·] over the W / 2 diagonal pairs; vs at
@@ -924,7 +927,10 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
     vs = sv;
   }
 
-  // S = K·Qᵀ on the W diagonals, unscaled.
+  // S = K·Qᵀ on the W diagonals, unscaled, and its max over them.
+  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  __m512 m[QV];
+  for (int v = 0; v < QV; ++v) m[v] = neg_inf;
   for (int64_t t = 0; t < W; t += 16) {
     if (next.nh > 0) {
       const int r0 = static_cast<int>(16 * t / W), r1 = static_cast<int>(16 * (t + 16) / W);
@@ -932,30 +938,29 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
         prefetch_rows(pb.q, next.i0 + r0, r1 - r0, pb, next.h0 + v, false);
     }
     [&]<int... n>(std::integer_sequence<int, n...>) {
-      (qk_diagonals<QV, n * kNJ, kNJ>(qp, ks + t, stride, Dh, st + t * kBq), ...);
+      (qk_diagonals<QV, n * kNJ, kNJ>(qp, ks + t, stride, Dh, st + t * kBq, m), ...);
     }(std::make_integer_sequence<int, 16 / kNJ>{});
   }
-  // Lanes whose key is outside the call's keys see nothing there.
-  const __m512 neg_inf = _mm512_set1_ps(kNegInf);
+  // Lanes whose key is outside the call's keys see nothing there (and the max is taken again).
   if (b0 < 0 || b0 + 15 + W - 1 >= pb.nk) {
     const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int v = 0; v < QV; ++v) m[v] = neg_inf;
     for (int64_t j = 0; j < W; ++j) {
       const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int>(b0 + j)));
       const __mmask16 in = _mm512_cmpge_epi32_mask(key, _mm512_setzero_si512()) &
                            _mm512_cmplt_epi32_mask(key, _mm512_set1_epi32(static_cast<int>(pb.nk)));
       for (int v = 0; v < QV; ++v) {
         float* p = st + j * kBq + 16 * v;
-        _mm512_store_ps(p, _mm512_mask_blend_ps(in, neg_inf, _mm512_load_ps(p)));
+        const __m512 x = _mm512_mask_blend_ps(in, neg_inf, _mm512_load_ps(p));
+        _mm512_store_ps(p, x);
+        m[v] = _mm512_max_ps(m[v], x);
       }
     }
   }
 
   // Softmax in base 2 on c·S, one block: m = ⌈c·max S⌉ (the block kernel's integer max).
   const __m512 c = _mm512_set1_ps(static_cast<float>(pb.scale * kLog2e));
-  __m512 m[QV], l[QV], muse[QV];
-  for (int v = 0; v < QV; ++v) m[v] = neg_inf;
-  for (int64_t j = 0; j < W; ++j)
-    for (int v = 0; v < QV; ++v) m[v] = _mm512_max_ps(m[v], _mm512_load_ps(st + j * kBq + 16 * v));
+  __m512 l[QV], muse[QV];
   for (int v = 0; v < QV; ++v) {
     m[v] = _mm512_roundscale_ps(_mm512_mul_ps(c, m[v]), _MM_FROUND_TO_POS_INF | _MM_FROUND_NO_EXC);
     muse[v] = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(m[v], neg_inf, _CMP_EQ_OQ), m[v],
