@@ -1,6 +1,6 @@
 // Window-128 whole calls against the causal 16K whole call, alternated in one process (bf16 on
 // the bf16 units, 16 query heads over 4, head_dim 64): per pair, one causal call, then window
-// calls for as long, the median of those; prints per window length the median of the pairs'
+// calls for as long, the median of those; buffers 64-byte aligned unless RATIO_MISALIGN=1; prints per window length the median of the pairs'
 // rate ratios (window GFLOP/s / causal GFLOP/s), its quartiles and each side's median GFLOP/s.
 //   ratio PAIRS [TOKENS ...]
 #include <algorithm>
@@ -13,9 +13,25 @@
 #include "slope/kernels/attention.h"
 #include "slope/kernels/bf16_units.h"
 using namespace slope::kernels;
+// A float buffer at a 64-byte boundary (as the engine's tensors are), or, with RATIO_MISALIGN=1, 16 bytes
+// past one (as a large std::vector<float> from glibc's malloc is: the earlier windows' benchmarks).
+struct Floats {
+  float* base = nullptr;
+  float* p = nullptr;
+  size_t n = 0;
+  void resize(size_t count) {
+    base = static_cast<float*>(std::aligned_alloc(64, (count + 16) * sizeof(float) / 64 * 64 + 64));
+    p = base + (std::getenv("RATIO_MISALIGN") ? 4 : 0);
+    n = count;
+  }
+  size_t size() const { return n; }
+  float* data() { return p; }
+  float* begin() { return p; }
+  float* end() { return p + n; }
+};
 struct Call {
   int64_t n, w;
-  std::vector<float> q, k, v, out, lse;
+  Floats q, k, v, out, lse;
   double flops;
   Call(int64_t n_, int64_t w_) : n(n_), w(w_) {
     std::mt19937 rng(1);
