@@ -73,6 +73,7 @@
 #include <new>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include <omp.h>
 
@@ -754,11 +755,9 @@ bool diagonal_units(const Problem& pb, bool amx, DiagKv* layout = nullptr) {
   return true;
 }
 
-// pack_diagonals' block of 16 slots t0 .. t0 + 15 of one KV head where the keys of those slots
-// and the slot after all exist: k and v at key t0 of the head, rows `stride` apart; ks and vs at
-// slot t0, rows L apart. Without the per-row checks of the general path, and with the V rows
-// each loaded once, the calls' pack took about 18% less time (docs/performance.md, twenty-third
-// window).
+// One block of 16 slots t0 .. t0 + 15 of one KV head: k and v at the rows of keys t0 .. t0 + 16
+// (the slot after the block's last pairs with its V), rows `stride` apart; ks and vs at slot t0,
+// rows L apart.
 void pack_diagonal_block(const float* k, const float* v, int64_t stride, int64_t D,
                          uint32_t* ks, uint32_t* vs, int64_t L) {
   __m512 t[16];
@@ -782,44 +781,31 @@ void pack_diagonal_block(const float* k, const float* v, int64_t stride, int64_t
   }
 }
 
-// Ks and Vs of dk's slots for each KV head (an omp for; keys outside 0 .. nk - 1 are 0).
+// Ks and Vs of dk's slots for each KV head (an omp for; keys outside 0 .. nk - 1 are 0). A block
+// whose 17 keys all exist is read in place; the few others (a call's first and last) from a copy
+// of their rows with zeros for the missing keys. Reading in place, with each V row loaded once,
+// took the pack about 18% less time than per-row checks (docs/performance.md, twenty-third window).
 void pack_diagonals(const Problem& pb, const DiagKv& dk, uint32_t* ks, uint32_t* vs) {
   const int64_t D = pb.D, Dh = D / 2, L = dk.L, kvstride = pb.Hkv * D;
-  auto row = [&](const float* x, int64_t key, int64_t g) {
-    return key >= 0 && key < pb.nk ? x + key * kvstride + g * D : nullptr;
-  };
+  std::vector<float> edge;  // [K, V][17][D]
 #pragma omp for collapse(2) schedule(static)
   for (int64_t g = 0; g < pb.Hkv; ++g)
     for (int64_t t0 = 0; t0 < L; t0 += 16) {
       const int64_t key0 = dk.base + t0;
+      uint32_t* const ksb = ks + g * Dh * L + t0;
+      uint32_t* const vsb = vs + g * D * L + t0;
       if (key0 >= 0 && key0 + 16 < pb.nk) {
         pack_diagonal_block(pb.k + key0 * kvstride + g * D, pb.v + key0 * kvstride + g * D,
-                            kvstride, D, ks + g * Dh * L + t0, vs + g * D * L + t0, L);
+                            kvstride, D, ksb, vsb, L);
         continue;
       }
-      __m512 t[16];
-      for (int64_t i0 = 0; i0 < Dh; i0 += 16) {
-        for (int j = 0; j < 16; ++j) {
-          const float* r = row(pb.k, key0 + j, g);
-          t[j] = r ? _mm512_castsi512_ps(bf16_pairs(_mm512_loadu_ps(r + 2 * i0),
-                                                    _mm512_loadu_ps(r + 2 * i0 + 16)))
-                   : _mm512_setzero_ps();
+      edge.assign(2 * 17 * D, 0.0f);
+      for (int64_t j = 0; j <= 16; ++j)
+        if (key0 + j >= 0 && key0 + j < pb.nk) {
+          std::memcpy(edge.data() + j * D, pb.k + (key0 + j) * kvstride + g * D, sizeof(float) * D);
+          std::memcpy(edge.data() + (17 + j) * D, pb.v + (key0 + j) * kvstride + g * D, sizeof(float) * D);
         }
-        transpose16(t);
-        for (int c = 0; c < 16; ++c)
-          _mm512_store_ps(reinterpret_cast<float*>(ks + (g * Dh + i0 + c) * L + t0), t[c]);
-      }
-      for (int64_t d0 = 0; d0 < D; d0 += 16) {
-        __m512 x[17];
-        for (int j = 0; j <= 16; ++j) {
-          const float* r = row(pb.v, key0 + j, g);
-          x[j] = r ? _mm512_loadu_ps(r + d0) : _mm512_setzero_ps();
-        }
-        for (int j = 0; j < 16; ++j) t[j] = _mm512_castsi512_ps(pair_up(x[j], x[j + 1]));
-        transpose16(t);
-        for (int c = 0; c < 16; ++c)
-          _mm512_store_ps(reinterpret_cast<float*>(vs + (g * D + d0 + c) * L + t0), t[c]);
-      }
+      pack_diagonal_block(edge.data(), edge.data() + 17 * D, D, D, ksb, vsb, L);
     }
 }
 
