@@ -713,15 +713,17 @@ void attend_unit(bool amx, const Problem& pb, const PackedKv& kv, int64_t h, int
 // lane r of "diagonal" j holds key b0 + r + j (b0 the key index of row 0's first visible key):
 // every lane computes only its own W keys, where a block over the same rows computes W + 16
 // (attend_block's head-packed units: 144 for 128). Row r's key for diagonal j is then a vector
-// of 16 consecutive keys, and so are the V pairs of diagonals 2i, 2i + 1, from layouts with the
-// keys in the lanes, packed once per call (pack_diagonals):
+// of 16 consecutive keys, from a layout with the keys in the lanes; PV then runs one row at a
+// time, the row's probability pairs broadcast against V pairs with the head dims in the lanes.
+// Both layouts are packed once per call (pack_diagonals):
 //
 //   QKᵀ, over d:  S[j][r]  += Qp[i][r] · Ks[i][b0 + r + j],   Ks[i][t] = (k[t,2i], k[t,2i+1])
-//   PV,  over j:  Ot[d][r] += Pp[i][r] · Vs[d][b0 + r + 2i],  Vs[d][t] = (v[t,d], v[t+1,d])
+//   PV,  over i:  O[r][d]  += Pp[i][r] · Vr[b0 + r + 2i][d],  Vr[t][d] = (v[t,d], v[t+1,d])
 //
-// A vector starting at b0 + j is cut from the two aligned ones at b0 + 16·⌊j/16⌋ by valignd
+// A QKᵀ vector starting at b0 + j is cut from the two aligned ones at b0 + 16·⌊j/16⌋ by valignd
 // (b0 - the layouts' first slot is a multiple of 16 in every unit), so the loads per vdpbf16ps
-// are fewer than the block kernel's broadcasts. Each unit is one key block of W <= kMaxBk
+// are fewer than the block kernel's broadcasts. PV leaves each row's output in registers, so
+// the output is written in place with no transpose. Each unit is one key block of W <= kMaxBk
 // diagonals. The rounding is the block kernel's: q, k, v in bf16, the integer running max,
 // bf16 probabilities, f32 sums; only the order of those sums differs (a row's V pairs start at
 // its own first key instead of an even slot). Rows whose diagonals pass the call's keys (at the
@@ -730,7 +732,7 @@ void attend_unit(bool amx, const Problem& pb, const PackedKv& kv, int64_t h, int
 // row may see stays out.
 struct DiagKv {
   const uint32_t* ks;  // [Hkv][D/2][L]
-  const uint32_t* vs;  // [Hkv][D][L]
+  const uint32_t* vs;  // [Hkv][L][D]: Vr
   int64_t L;           // slots per row, a multiple of 16
   int64_t base;        // key index of slot 0 (may be negative: slots outside the keys are 0)
 };
@@ -756,8 +758,8 @@ bool diagonal_units(const Problem& pb, bool amx, DiagKv* layout = nullptr) {
 }
 
 // One block of 16 slots t0 .. t0 + 15 of one KV head: k and v at the rows of keys t0 .. t0 + 16
-// (the slot after the block's last pairs with its V), rows `stride` apart; ks and vs at slot t0,
-// rows L apart.
+// (the slot after the block's last pairs with its V), rows `stride` apart; ks at slot t0, rows
+// L apart, and vs at slot t0 (slots D apart).
 void pack_diagonal_block(const float* k, const float* v, int64_t stride, int64_t D,
                          uint32_t* ks, uint32_t* vs, int64_t L) {
   __m512 t[16];
@@ -773,11 +775,9 @@ void pack_diagonal_block(const float* k, const float* v, int64_t stride, int64_t
     __m512 x = _mm512_loadu_ps(v + d0);
     for (int j = 0; j < 16; ++j) {
       const __m512 y = _mm512_loadu_ps(v + (j + 1) * stride + d0);
-      t[j] = _mm512_castsi512_ps(pair_up(x, y));
+      _mm512_store_si512(vs + j * D + d0, pair_up(x, y));
       x = y;
     }
-    transpose16(t);
-    for (int c = 0; c < 16; ++c) _mm512_store_ps(reinterpret_cast<float*>(vs + (d0 + c) * L), t[c]);
   }
 }
 
@@ -793,7 +793,7 @@ void pack_diagonals(const Problem& pb, const DiagKv& dk, uint32_t* ks, uint32_t*
     for (int64_t t0 = 0; t0 < L; t0 += 16) {
       const int64_t key0 = dk.base + t0;
       uint32_t* const ksb = ks + g * Dh * L + t0;
-      uint32_t* const vsb = vs + g * D * L + t0;
+      uint32_t* const vsb = vs + (g * L + t0) * D;
       if (key0 >= 0 && key0 + 16 < pb.nk) {
         pack_diagonal_block(pb.k + key0 * kvstride + g * D, pb.v + key0 * kvstride + g * D,
                             kvstride, D, ksb, vsb, L);
@@ -838,42 +838,71 @@ inline void qk_diagonals(const uint32_t* qp, const uint32_t* ks, int64_t ksl, in
     }
 }
 
-// ot[d .. d + 3][·] = Σ_i Vs[d][b0 + · + 2i] · Pp[i][·] over the W / 2 diagonal pairs; vs at
-// (d, b0), rows vsl apart.
-template <int QV>
-inline void pv_diagonals(const uint32_t* pp, const uint32_t* vs, int64_t vsl, int64_t W,
-                         float* ot) {
-  constexpr int kBq = 16 * QV, kND = 4;
-  __m512 acc[kND][QV];
-  for (int n = 0; n < kND; ++n)
-    for (int v = 0; v < QV; ++v) acc[n][v] = _mm512_setzero_ps();
-  for (int64_t t = 0; t < W; t += 16) {
-    __m512i a[kND], b[kND];
-    for (int n = 0; n < kND; ++n) {
-      a[n] = _mm512_load_si512(vs + n * vsl + t);
-      b[n] = _mm512_load_si512(vs + n * vsl + t + 16);
+// out[i0 + r, h + v, d0 .. d0 + 16·ND) for v < QV: Σ_i Pp[i][16v + r] · Vr[b0 + r + 2i][d0 ..] over
+// the W / 2 pairs of row r, times fac[v][r]; pr = pp + r, vr at (b0 + r, d0), slots D apart,
+// orow at (i0 + r, h, d0). Not inlined: inside attend_diagonals GCC 12 spills its accumulators.
+template <int QV, int ND>
+__attribute__((noinline)) void pv_row(const uint32_t* pr, const uint32_t* vr, int64_t D, int64_t W,
+                                      const float (&fac)[QV][16], int r, float* orow) {
+  constexpr int kBq = 16 * QV;
+  __m512 acc[QV][ND];
+  for (int v = 0; v < QV; ++v)
+    for (int n = 0; n < ND; ++n) acc[v][n] = _mm512_setzero_ps();
+  for (int64_t i = 0; i < W / 2; ++i) {
+    __m512bh vv[ND];
+    for (int n = 0; n < ND; ++n) {
+      vv[n] = (__m512bh)_mm512_load_si512(vr + 2 * i * D + 16 * n);
+      // Kept in a register for the QV heads: GCC 12 otherwise loads it again for each.
+      asm("" : "+v"(vv[n]));
     }
-    const uint32_t* ppt = pp + t / 2 * kBq;
-    [&]<int... i>(std::integer_sequence<int, i...>) {
-      (
-          [&] {
-            __m512bh p[QV];
-            for (int v = 0; v < QV; ++v) p[v] = load_pairs(ppt + i * kBq + 16 * v);
-            for (int n = 0; n < kND; ++n) {
-              const auto vv = (__m512bh)_mm512_alignr_epi32(b[n], a[n], 2 * i);
-              for (int v = 0; v < QV; ++v) acc[n][v] = _mm512_dpbf16_ps(acc[n][v], vv, p[v]);
-            }
-          }(),
-          ...);
-    }(std::make_integer_sequence<int, 8>{});
+    for (int v = 0; v < QV; ++v) {
+      const auto p = (__m512bh)_mm512_set1_epi32(static_cast<int>(pr[i * kBq + 16 * v]));
+      for (int n = 0; n < ND; ++n) acc[v][n] = _mm512_dpbf16_ps(acc[v][n], vv[n], p);
+    }
   }
-  for (int n = 0; n < kND; ++n)
-    for (int v = 0; v < QV; ++v) _mm512_store_ps(ot + n * kBq + 16 * v, acc[n][v]);
+  for (int v = 0; v < QV; ++v) {
+    const __m512 f = _mm512_set1_ps(fac[v][r]);
+    for (int n = 0; n < ND; ++n) _mm512_storeu_ps(orow + v * D + 16 * n, _mm512_mul_ps(acc[v][n], f));
+  }
+}
+
+// PV and the finish of a diagonal unit (rows i0 .. i0 + nrows - 1 of heads h .. h + QV - 1):
+// the probability pairs pp, vr at the slot of row 0's first key, the integer max m and sum l.
+// Even rows first, then odd ones: each half reads the V pairs of one parity (18 KiB at W 128,
+// head_dim 64), which stay in L1 with the probabilities. The output rows are prefetched for
+// writing kAhead rows ahead (1.03-1.07x for whole window-128 calls against none,
+// docs/performance.md, twenty-fourth window).
+template <int QV>
+void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m)[QV],
+             const __m512 (&l)[QV], int nrows, const Problem& pb, int64_t h, int64_t i0) {
+  constexpr int kAhead = 4;
+  const int64_t D = pb.D, qstride = pb.Hq * D;
+  alignas(64) float fac[QV][16];
+  for (int v = 0; v < QV; ++v) {
+    alignas(64) float mrow[16], lrow[16];
+    _mm512_store_ps(mrow, m[v]);
+    _mm512_store_ps(lrow, l[v]);
+    block_factors<16>(mrow, lrow, nrows, pb, h + v, pb.lse + i0 * pb.Hq + h + v, fac[v]);
+  }
+  auto row = [](int k) { return k < 8 ? 2 * k : 2 * k - 15; };
+  auto prefetch = [&](int k) {
+    for (int v = 0; v < QV; ++v) prefetch_rows(pb.out, i0 + row(k), 1, pb, h + v, true);
+  };
+  for (int k = 0; k < kAhead; ++k) prefetch(k);
+  for (int k = 0; k < 16; ++k) {
+    if (k + kAhead < 16) prefetch(k + kAhead);
+    const int r = row(k);
+    if (r >= nrows) continue;
+    float* orow = pb.out + (i0 + r) * qstride + h * D;
+    int64_t d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) pv_row<QV, 4>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
+    if (d0 < D) pv_row<QV, 2>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
+  }
 }
 
 // A head-packed unit (rows i0 .. i0 + 15 of heads h .. h + QV - 1, as attend_block<QV, true>) on
 // the diagonals of dk. `next` is the unit this thread likely takes next (nh = 0: none): its
-// queries are prefetched during QKᵀ, and this unit's output rows during PV, a few rows at a time.
+// queries are prefetched during QKᵀ, and this unit's output rows during PV (pv_rows).
 template <int QV>
 void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0,
                       const HeadBlock& next, Scratch& s) {
@@ -882,7 +911,6 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
   const int nrows = static_cast<int>(std::min<int64_t>(16, pb.nq - i0));
   const int64_t kvh = h / (pb.Hq / pb.Hkv);
   uint32_t* qp = s.qp.get();
-  float* ot = s.ot.get();
   float* st = s.st.get();
   uint32_t* pp = s.pp.get();
   pack_queries<QV, true>(pb, h, i0, nrows, qp);
@@ -891,24 +919,22 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
   const int64_t b0 = pb.q_pos0 + i0 - W + 1 - pb.kv_pos0;
   const int64_t t0 = b0 - dk.base;
   const uint32_t* ks = dk.ks + kvh * Dh * dk.L + t0;
-  const uint32_t* vs = dk.vs + kvh * D * dk.L + t0;
+  const uint32_t* vs = dk.vs + (kvh * dk.L + t0) * D;
   int64_t stride = dk.L;
   if (t0 < 0 || t0 + W + 16 > dk.L) {
     // Slots before or past the layouts (the first rows of a sequence, a last partial unit):
-    // the unit's W + 16 slots of each row, 0 outside the layouts.
+    // the unit's W + 16 slots, 0 outside the layouts.
     stride = W + 16;
     uint32_t* sk = s.diag.get();
     uint32_t* sv = sk + Dh * stride;
     const int64_t lo = std::clamp<int64_t>(-t0, 0, stride), hi = std::clamp<int64_t>(dk.L - t0, lo, stride);
-    auto copy = [&](const uint32_t* src, int64_t rows, uint32_t* dst) {
-      for (int64_t i = 0; i < rows; ++i) {
-        std::memset(dst + i * stride, 0, sizeof(uint32_t) * stride);
-        if (hi > lo)
-          std::memcpy(dst + i * stride + lo, src + i * dk.L + lo, sizeof(uint32_t) * (hi - lo));
-      }
-    };
-    copy(dk.ks + kvh * Dh * dk.L + t0, Dh, sk);
-    copy(dk.vs + kvh * D * dk.L + t0, D, sv);
+    const uint32_t* ksrc = dk.ks + kvh * Dh * dk.L + t0;
+    for (int64_t i = 0; i < Dh; ++i) {
+      std::memset(sk + i * stride, 0, sizeof(uint32_t) * stride);
+      if (hi > lo) std::memcpy(sk + i * stride + lo, ksrc + i * dk.L + lo, sizeof(uint32_t) * (hi - lo));
+    }
+    std::memset(sv, 0, sizeof(uint32_t) * stride * D);
+    if (hi > lo) std::memcpy(sv + lo * D, vs + lo * D, sizeof(uint32_t) * (hi - lo) * D);
     ks = sk;
     vs = sv;
   }
@@ -965,14 +991,7 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
     }
   }
 
-  // Ot = V·P on the diagonal pairs.
-  for (int64_t d = 0; d < D; d += 4) {
-    const int r0 = static_cast<int>(16 * d / D), r1 = static_cast<int>(16 * (d + 4) / D);
-    for (int v = 0; v < QV; ++v) prefetch_rows(pb.out, i0 + r0, r1 - r0, pb, h + v, true);
-    pv_diagonals<QV>(pp, vs + d * stride, stride, W, ot + d * kBq);
-  }
-
-  finish_unit<QV, true>(ot, m, l, nrows, pb, h, i0);
+  pv_rows<QV>(pp, vs, W, m, l, nrows, pb, h, i0);
 }
 
 std::atomic<bool> g_amx{true};

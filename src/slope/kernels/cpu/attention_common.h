@@ -381,17 +381,13 @@ inline void finish_rows8(__m512d m2, __m512d l, const float* sink, __m512d& lse_
   factor_out = factor;
 }
 
-// Finalises a block of kBq query rows of head h (attend_block in both kernels): from the
-// transposed numerator ot [D][kLd] (its first kBq columns: one vector of a head-packed block
-// is kBq = 16 columns of kLd = 16·nh) and the running max m and sum l of each row,
-// out[r, h, :] = ot[:][r] · factor and lse[r, h] (finish_row), for the first nrows rows of out
-// (rows qstride apart) and lse (rows Hq apart). Rows of 8 whose l are all positive and finite
-// and m finite, with a finite sink or none, take finish_rows8; any other row finish_row.
-template <int kBq, int kLd = kBq>
-inline void finish_block(const float* ot, const float* mrow, const float* lrow, int nrows,
-                         const Problem& pb, int64_t h, float* out, float* lse) {
-  const int64_t D = pb.D, qstride = pb.Hq * D;
-  alignas(64) float fac[kBq];
+// The output factors fac[r] (64-byte aligned; 0 past nrows) of a block of kBq query rows of
+// head h from the running max m and sum l of each row, and lse[r, h] (finish_row) for its first
+// nrows rows (rows Hq apart). Rows of 8 whose l are all positive and finite and m finite, with a
+// finite sink or none, take finish_rows8; any other row finish_row.
+template <int kBq>
+inline void block_factors(const float* mrow, const float* lrow, int nrows, const Problem& pb,
+                          int64_t h, float* lse, float* fac) {
   const float* sink = pb.sinks ? pb.sinks + h : nullptr;
   const bool sink_ok = !sink || std::isfinite(*sink);
   for (int r0 = 0; r0 < kBq; r0 += 8) {
@@ -424,6 +420,19 @@ inline void finish_block(const float* ot, const float* mrow, const float* lrow, 
       }
     }
   }
+}
+
+// Finalises a block of kBq query rows of head h (attend_block in both kernels): from the
+// transposed numerator ot [D][kLd] (its first kBq columns: one vector of a head-packed block
+// is kBq = 16 columns of kLd = 16·nh) and the running max m and sum l of each row,
+// out[r, h, :] = ot[:][r] · factor and lse[r, h] (block_factors), for the first nrows rows of
+// out (rows qstride apart) and lse (rows Hq apart).
+template <int kBq, int kLd = kBq>
+inline void finish_block(const float* ot, const float* mrow, const float* lrow, int nrows,
+                         const Problem& pb, int64_t h, float* out, float* lse) {
+  const int64_t D = pb.D, qstride = pb.Hq * D;
+  alignas(64) float fac[kBq];
+  block_factors<kBq>(mrow, lrow, nrows, pb, h, lse, fac);
   // 16 x 16 tiles of ot · factor, transposed into the output rows.
   for (int r0 = 0; r0 < nrows; r0 += 16) {
     const __m512 f = _mm512_load_ps(fac + r0);
