@@ -24,6 +24,7 @@
 #include <random>
 #include <vector>
 
+#include "slope/core/tensor.h"
 #include "slope/kernels/attention.h"
 
 using namespace slope::kernels;
@@ -33,11 +34,22 @@ namespace {
 double checksum = 0;
 constexpr int64_t kHq = 16, kHkv = 4, kD = 64;
 
+// count floats, allocated as the engine allocates its tensors (from 2 MiB up in transparent huge
+// pages where the system allows: core/tensor.cpp).
+struct Floats {
+  slope::Tensor t;
+  float* p;
+  explicit Floats(int64_t count) : t({count}, slope::DType::F32), p(t.data<float>()) {}
+  float* data() const { return p; }
+  int64_t size() const { return t.numel(); }
+  float& operator[](int64_t i) const { return p[i]; }
+};
+
 // count values uniform in [-1, 1).
-std::vector<float> uniform(std::mt19937& rng, int64_t count) {
+Floats uniform(std::mt19937& rng, int64_t count) {
   std::uniform_real_distribution<float> u(-1.f, 1.f);
-  std::vector<float> x(count);
-  for (float& e : x) e = u(rng);
+  Floats x(count);
+  for (int64_t i = 0; i < count; ++i) x[i] = u(rng);
   return x;
 }
 
@@ -62,9 +74,8 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 // GFLOP/s of the fastest call: the last nq of n queries against n keys.
 double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) {
   std::mt19937 rng(1);
-  const std::vector<float> q = uniform(rng, nq * kHq * kD), k = uniform(rng, n * kHkv * kD),
-                           v = uniform(rng, n * kHkv * kD);
-  std::vector<float> out(q.size()), lse(nq * kHq);
+  const Floats q = uniform(rng, nq * kHq * kD), k = uniform(rng, n * kHkv * kD), v = uniform(rng, n * kHkv * kD);
+  const Floats out(q.size()), lse(nq * kHq);
   const AttentionArgs a{.q = q.data(), .nq = nq, .q_pos0 = n - nq, .k = k.data(), .v = v.data(), .nk = n,
                         .kv_pos0 = 0, .shape = {kHq, kHkv, kD}, .mask = {true, window}, .scale = 0.125f,
                         .compute = ct, .sinks = nullptr, .out = out.data(), .lse = lse.data()};
@@ -75,7 +86,7 @@ double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) 
         return seconds_since(t0);
       },
       best_of);
-  for (size_t i = 0; i < out.size(); i += 997) checksum += out[i];
+  for (int64_t i = 0; i < out.size(); i += 997) checksum += out[i];
   return attention_flops(nq, n - nq, n, 0, a.shape, a.mask) / best_s * 1e-9;
 }
 
@@ -84,9 +95,8 @@ double rate(int64_t n, int64_t nq, int64_t window, ComputeType ct, int best_of) 
 double layer_rate(int64_t n, int64_t window, ComputeType ct, int best_of) {
   const int64_t chunk = 1024;
   std::mt19937 rng(1);
-  const std::vector<float> q_all = uniform(rng, n * kHq * kD), k = uniform(rng, n * kHkv * kD),
-                           v = uniform(rng, n * kHkv * kD);
-  std::vector<float> q(chunk * kHq * kD), out(q_all.size()), lse(chunk * kHq);
+  const Floats q_all = uniform(rng, n * kHq * kD), k = uniform(rng, n * kHkv * kD), v = uniform(rng, n * kHkv * kD);
+  const Floats q(chunk * kHq * kD), out(q_all.size()), lse(chunk * kHq);
   const double best_s = fastest_seconds(
       [&] {
         double s = 0;
@@ -103,7 +113,7 @@ double layer_rate(int64_t n, int64_t window, ComputeType ct, int best_of) {
         return s;
       },
       best_of);
-  for (size_t i = 0; i < out.size(); i += 997) checksum += out[i];
+  for (int64_t i = 0; i < out.size(); i += 997) checksum += out[i];
   return attention_flops(n, 0, n, 0, {kHq, kHkv, kD}, {true, window}) / best_s * 1e-9;
 }
 
