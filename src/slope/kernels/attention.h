@@ -85,6 +85,10 @@ void set_amx_attention(bool on);
 // row computing only its own keys; false keeps them on the key blocks (process-wide, for the
 // calls that start afterwards: tests and A/B benchmarks).
 void set_diagonal_window_attention(bool on);
+// Output size in bytes from which those diagonal units write the output with non-temporal
+// stores (where its rows start on 64-byte boundaries); -1 restores the default, the L3 cache's
+// size (process-wide, for the calls that start afterwards: tests and A/B benchmarks).
+void set_attention_stream_bytes(int64_t bytes);
 
 // Which f32 kernel flash_attention runs. Auto: the widest the build has (AVX-512; else AVX2 +
 // FMA; else a portable one). Avx2: the AVX2 one wherever the build has AVX2 and FMA, also on an

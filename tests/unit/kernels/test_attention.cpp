@@ -740,6 +740,46 @@ TEST_F(FlashAttentionBf16, RunsTheBf16KernelWhereSupported) {
                                << ", f32 " << err32;
 }
 
+// The diagonal units write large outputs with non-temporal stores (set_attention_stream_bytes;
+// by default from the L3's size up) where every output row starts on a 64-byte boundary. Here
+// every call streams: 16 over 4 and 8 over 1 heads, window 128 and 48 (sinks), calls of one part
+// and of two (1100 rows), into an output at a 64-byte boundary and one 16 bytes past it (written
+// through the cache). Each equals the call written through the cache bit for bit, and exact
+// attention within the bound.
+TEST_F(FlashAttentionBf16, StreamedOutputRows) {
+  std::mt19937 rng(59);
+  for (int64_t nq : {200, 1100})
+    for (const AttentionShape shape : {AttentionShape{16, 4, 64}, AttentionShape{8, 1, 64}}) {
+      const int64_t window = shape.num_kv_heads == 4 ? 128 : 48;
+      const Inputs in = make_inputs(rng, nq, 300, nq + 300, 0, shape, {true, window}, 1.0f, window == 48);
+      if (!runs_bf16_kernel(in)) GTEST_SKIP() << "this CPU or build has no AVX512-BF16";
+      SCOPED_TRACE(describe(in));
+      const int64_t n = nq * shape.num_q_heads * shape.head_dim;
+      struct Restore {
+        ~Restore() { set_attention_stream_bytes(-1); }
+      } restore;
+      std::vector<float> cached, cached_lse;
+      set_attention_stream_bytes(int64_t{1} << 62);
+      run_flash(in, ComputeType::BF16, cached, cached_lse);
+      set_attention_stream_bytes(0);
+      std::vector<float> buf(n + 32);
+      for (int64_t skew : {0, 4}) {
+        float* out = buf.data() + (16 - reinterpret_cast<uintptr_t>(buf.data()) % 64 / 4) % 16 + skew;
+        std::vector<float> lse(nq * shape.num_q_heads, 123.0f);
+        std::fill(buf.begin(), buf.end(), 123.0f);
+        flash_attention({.q = in.q.data(), .nq = in.nq, .q_pos0 = in.q_pos0, .k = in.k.data(),
+                         .v = in.v.data(), .nk = in.nk, .kv_pos0 = in.kv_pos0, .shape = in.shape,
+                         .mask = in.mask, .scale = in.scale, .compute = ComputeType::BF16,
+                         .sinks = in.use_sinks ? in.sinks.data() : nullptr, .out = out,
+                         .lse = lse.data()});
+        const std::vector<float> streamed(out, out + n);
+        EXPECT_EQ(streamed, cached) << "output 4·" << skew << " bytes past a 64-byte boundary";
+        EXPECT_EQ(lse, cached_lse);
+        expect_matches(in, ComputeType::BF16, streamed, lse);
+      }
+    }
+}
+
 // Where the bf16 kernel cannot run (odd head_dim), BF16 gives exactly the f32 kernel's result.
 TEST_F(FlashAttentionBf16, OddHeadDimRunsTheF32Kernel) {
   std::mt19937 rng(6);

@@ -68,6 +68,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -840,8 +841,9 @@ inline void qk_diagonals(const uint32_t* qp, const uint32_t* ks, int64_t ksl, in
 
 // out[i0 + r, h + v, d0 .. d0 + 16·ND) for v < QV: Σ_i Pp[i][16v + r] · Vr[b0 + r + 2i][d0 ..] over
 // the W / 2 pairs of row r, times fac[v][r]; pr = pp + r, vr at (b0 + r, d0), slots D apart,
-// orow at (i0 + r, h, d0). Not inlined: inside attend_diagonals GCC 12 spills its accumulators.
-template <int QV, int ND>
+// orow at (i0 + r, h, d0) (on a 64-byte boundary for kStream: non-temporal stores). Not inlined:
+// inside attend_diagonals GCC 12 spills its accumulators.
+template <int QV, int ND, bool kStream>
 __attribute__((noinline)) void pv_row(const uint32_t* pr, const uint32_t* vr, int64_t D, int64_t W,
                                       const float (&fac)[QV][16], int r, float* orow) {
   constexpr int kBq = 16 * QV;
@@ -862,19 +864,26 @@ __attribute__((noinline)) void pv_row(const uint32_t* pr, const uint32_t* vr, in
   }
   for (int v = 0; v < QV; ++v) {
     const __m512 f = _mm512_set1_ps(fac[v][r]);
-    for (int n = 0; n < ND; ++n) _mm512_storeu_ps(orow + v * D + 16 * n, _mm512_mul_ps(acc[v][n], f));
+    for (int n = 0; n < ND; ++n) {
+      if constexpr (kStream)
+        _mm512_stream_ps(orow + v * D + 16 * n, _mm512_mul_ps(acc[v][n], f));
+      else
+        _mm512_storeu_ps(orow + v * D + 16 * n, _mm512_mul_ps(acc[v][n], f));
+    }
   }
 }
 
 // PV and the finish of a diagonal unit (rows i0 .. i0 + nrows - 1 of heads h .. h + QV - 1):
 // the probability pairs pp, vr at the slot of row 0's first key, the integer max m and sum l.
 // Even rows first, then odd ones: each half reads the V pairs of one parity (18 KiB at W 128,
-// head_dim 64), which stay in L1 with the probabilities. The output rows are prefetched for
-// writing kAhead rows ahead (1.03-1.07x for whole window-128 calls against none,
-// docs/performance.md, twenty-fourth window).
+// head_dim 64), which stay in L1 with the probabilities. The output rows are written with
+// non-temporal stores where `stream` (streams_output), else prefetched for writing kAhead rows
+// ahead (1.03-1.07x for whole window-128 calls against no prefetch; streaming 1.05-1.06x
+// against the prefetch: docs/performance.md, twenty-fourth window).
 template <int QV>
 void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m)[QV],
-             const __m512 (&l)[QV], int nrows, const Problem& pb, int64_t h, int64_t i0) {
+             const __m512 (&l)[QV], int nrows, const Problem& pb, int64_t h, int64_t i0,
+             bool stream) {
   constexpr int kAhead = 4;
   const int64_t D = pb.D, qstride = pb.Hq * D;
   alignas(64) float fac[QV][16];
@@ -888,16 +897,52 @@ void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m
   auto prefetch = [&](int k) {
     for (int v = 0; v < QV; ++v) prefetch_rows(pb.out, i0 + row(k), 1, pb, h + v, true);
   };
-  for (int k = 0; k < kAhead; ++k) prefetch(k);
+  if (!stream)
+    for (int k = 0; k < kAhead; ++k) prefetch(k);
   for (int k = 0; k < 16; ++k) {
-    if (k + kAhead < 16) prefetch(k + kAhead);
+    if (!stream && k + kAhead < 16) prefetch(k + kAhead);
     const int r = row(k);
     if (r >= nrows) continue;
     float* orow = pb.out + (i0 + r) * qstride + h * D;
-    int64_t d0 = 0;
-    for (; d0 + 64 <= D; d0 += 64) pv_row<QV, 4>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
-    if (d0 < D) pv_row<QV, 2>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
+    auto run = [&](auto kStream) {
+      int64_t d0 = 0;
+      for (; d0 + 64 <= D; d0 += 64)
+        pv_row<QV, 4, kStream()>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
+      if (d0 < D) pv_row<QV, 2, kStream()>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
+    };
+    if (stream)
+      run(std::true_type{});
+    else
+      run(std::false_type{});
   }
+}
+
+// Output bytes from which the diagonal units write the output with non-temporal stores (-1: the
+// last-level cache's size).
+std::atomic<int64_t> g_stream_bytes{-1};
+
+// Whether this call's diagonal units stream their output rows past the cache: its output is at
+// least g_stream_bytes (by default the L3's size: it cannot all be in the cache when the call
+// returns, so writing it through the cache reads each line from memory first for nothing) and
+// every row of it starts on a 64-byte boundary (as the engine's tensors do). Smaller outputs are
+// written through the cache, where the next op (the output projection, a ring's merge) reads them.
+bool streams_output(const Problem& pb) {
+  // From sysfs: glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) read 320 MiB for the 32 MiB L3 of a
+  // 2-vCPU Zen 4 guest. 32 MiB where sysfs does not say.
+  static const int64_t l3 = [] {
+    int64_t kib = 0;
+    if (FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      long v = 0;
+      char unit = 0;
+      if (std::fscanf(f, "%ld%c", &v, &unit) == 2 && v > 0) kib = unit == 'M' ? v * 1024 : v;
+      std::fclose(f);
+    }
+    return kib > 0 ? kib * 1024 : int64_t{32} << 20;
+  }();
+  const int64_t from = g_stream_bytes.load(std::memory_order_relaxed);
+  const int64_t bytes = pb.nq * pb.Hq * pb.D * int64_t{sizeof(float)};
+  return bytes >= (from < 0 ? l3 : from) && reinterpret_cast<uintptr_t>(pb.out) % 64 == 0 &&
+         pb.D % 16 == 0;
 }
 
 // A head-packed unit (rows i0 .. i0 + 15 of heads h .. h + QV - 1, as attend_block<QV, true>) on
@@ -905,7 +950,7 @@ void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m
 // queries are prefetched during QKᵀ, and this unit's output rows during PV (pv_rows).
 template <int QV>
 void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0,
-                      const HeadBlock& next, Scratch& s) {
+                      const HeadBlock& next, bool stream, Scratch& s) {
   constexpr int kBq = 16 * QV, kNJ = QV == 4 ? 4 : 8;
   const int64_t D = pb.D, Dh = D / 2, W = pb.mask.window;
   const int nrows = static_cast<int>(std::min<int64_t>(16, pb.nq - i0));
@@ -991,7 +1036,7 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
     }
   }
 
-  pv_rows<QV>(pp, vs, W, m, l, nrows, pb, h, i0);
+  pv_rows<QV>(pp, vs, W, m, l, nrows, pb, h, i0, stream);
 }
 
 std::atomic<bool> g_amx{true};
@@ -1046,6 +1091,7 @@ void run_kernel(const Problem& pb) {
   // the call then does not use.
   DiagKv dk{};
   const bool diag = packed && diagonal_units(pb, amx, &dk);
+  const bool stream = diag && streams_output(pb);
   uint32_t* const ks = diag ? reinterpret_cast<uint32_t*>(k16_buf.get(pb.Hkv * D * dk.L)) : nullptr;
   uint32_t* const vs = diag ? vp_buf.get(pb.Hkv * D * dk.L) : nullptr;
   dk.ks = ks;
@@ -1111,7 +1157,7 @@ void run_kernel(const Problem& pb) {
         with_block_heads(u.nh, [&](auto nh) {
           if (diag)
             attend_diagonals<nh()>(pb, dk, u.h0, u.i0,
-                                   t + ahead < tasks ? hb.at(t + ahead) : HeadBlock{0, 0, 0}, s);
+                                   t + ahead < tasks ? hb.at(t + ahead) : HeadBlock{0, 0, 0}, stream, s);
           else
             attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s);
         });
@@ -1131,6 +1177,9 @@ void run_kernel(const Problem& pb) {
 #if SLOPE_AMX
     if (amx) _tile_release();
 #endif
+    // Non-temporal stores are weakly ordered: this thread's are globally visible before the
+    // region's closing barrier, and so before any thread reads the output.
+    if (stream) _mm_sfence();
   }
 }
 
@@ -1190,6 +1239,14 @@ void set_diagonal_window_attention(bool on) {
   attention_detail::g_diag.store(on);
 #else
   (void)on;
+#endif
+}
+
+void set_attention_stream_bytes(int64_t bytes) {
+#if SLOPE_ATTENTION_BF16
+  attention_detail::g_stream_bytes.store(bytes);
+#else
+  (void)bytes;
 #endif
 }
 
