@@ -34,8 +34,8 @@ namespace {
 double checksum = 0;
 constexpr int64_t kHq = 16, kHkv = 4, kD = 64;
 
-// count floats, allocated as the engine allocates its tensors (from 2 MiB up in transparent huge
-// pages where the system allows: core/tensor.cpp).
+// count floats, allocated as the engine allocates its tensors (slope::Tensor: on a 64-byte
+// boundary, where the bf16 window units can stream large outputs past the cache).
 struct Floats {
   slope::Tensor t;
   float* p;

@@ -24,8 +24,7 @@ enum class Device : uint8_t { CPU, CUDA };
 class Tensor {
  public:
   Tensor() = default;
-  // Allocates zero-initialised storage, 64-byte aligned (2 MiB aligned, in transparent huge
-  // pages where the system allows, from 2 MiB up: tensor.cpp).
+  // Allocates zero-initialised, 64-byte aligned storage.
   Tensor(Shape shape, DType dtype);
   // Borrows memory owned elsewhere (an mmap'd file, a device allocation); `keepalive` holds the
   // owner alive. `device` says where `data` lives (a backend's alloc sets it).
