@@ -876,10 +876,10 @@ __attribute__((noinline)) void pv_row(const uint32_t* pr, const uint32_t* vr, in
 // PV and the finish of a diagonal unit (rows i0 .. i0 + nrows - 1 of heads h .. h + QV - 1):
 // the probability pairs pp, vr at the slot of row 0's first key, the integer max m and sum l.
 // Even rows first, then odd ones: each half reads the V pairs of one parity (18 KiB at W 128,
-// head_dim 64), which stay in L1 with the probabilities. The output rows are written with
-// non-temporal stores where `stream` (streams_output), else prefetched for writing kAhead rows
-// ahead (1.03-1.07x for whole window-128 calls against no prefetch; streaming 1.05-1.06x
-// against the prefetch: docs/performance.md, twenty-fourth window).
+// head_dim 64). The output rows are written with non-temporal stores where `stream`
+// (streams_output), else prefetched for writing kAhead rows ahead. Whole window-128 calls ran
+// 1.035-1.067x faster than with PV on the diagonals (0.99-1.04x without the prefetch), and
+// streaming 1.040-1.049x faster than the prefetch (docs/performance.md, twenty-fourth window).
 template <int QV>
 void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m)[QV],
              const __m512 (&l)[QV], int nrows, const Problem& pb, int64_t h, int64_t i0,
