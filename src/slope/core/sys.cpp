@@ -1,6 +1,7 @@
 #include "slope/core/sys.h"
 
 #include <malloc.h>
+#include <cstdio>
 #include <omp.h>
 
 #include <unistd.h>
@@ -23,6 +24,15 @@ int64_t status_kib(const std::string& key) {
 int64_t peak_rss_bytes() { return status_kib("VmHWM:") * 1024; }
 int64_t current_rss_bytes() { return status_kib("VmRSS:") * 1024; }
 void return_large_frees_to_system() { mallopt(M_MMAP_THRESHOLD, 256 << 10); }  // a fixed threshold: no raising
+int64_t l3_cache_bytes() {
+  FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r");
+  if (!f) return 0;
+  long v = 0;
+  char unit = 0;
+  const bool ok = std::fscanf(f, "%ld%c", &v, &unit) == 2 && v > 0;
+  std::fclose(f);
+  return ok ? int64_t{v} * (unit == 'M' ? 1 << 20 : 1 << 10) : 0;
+}
 int num_threads() { return omp_get_max_threads(); }
 void set_num_threads(int n) { omp_set_num_threads(n); }
 

@@ -1,4 +1,4 @@
-// Process facts: wall clock, peak resident memory, thread count.
+// Process and machine facts: wall clock, peak resident memory, thread count, cache size.
 #pragma once
 
 #include <chrono>
@@ -25,6 +25,10 @@ int64_t current_rss_bytes();
 // a prefill's activations of a mix of prompt lengths come from the heap, which fragments and
 // grows for as long as the process lives. Costs a page fault per 4 KiB of each big allocation.
 void return_large_frees_to_system();
+
+// The L3 cache's size in bytes as sysfs gives it for CPU 0, 0 if unknown. (glibc's
+// sysconf(_SC_LEVEL3_CACHE_SIZE) read 320 MiB for the 32 MiB L3 of a 2-vCPU Zen 4 guest.)
+int64_t l3_cache_bytes();
 
 // OpenMP threads used by kernels.
 int num_threads();

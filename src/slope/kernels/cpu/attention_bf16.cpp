@@ -68,7 +68,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -79,6 +78,7 @@
 #include <omp.h>
 
 #include "slope/core/log.h"
+#include "slope/core/sys.h"
 #include "slope/kernels/cpu/amx.h"
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
@@ -420,7 +420,7 @@ struct Scratch {
   Buf<float> st;     // [kMaxBk][kBq]  unscaled scores
   Buf<uint32_t> pp;  // [kMaxBk/2][kBq] probability pairs (bf16)
   Buf<uint16_t> vte; // [2][D][32]  AMX: the edge runs' Vᵀ slots, those no row sees 0 (pv_amx_block)
-  Buf<uint32_t> diag; // [D/2 + D][W + 16]  a diagonal unit's Ks and Vs slots (attend_diagonals)
+  Buf<uint32_t> diag; // [D/2][W + 16] Ks, then [W + 16][D] Vr: a diagonal unit's slots (attend_diagonals)
 };
 
 // K and V of one call in bf16, indexed by key slot: slot j is key j - shift, so that key pairs
@@ -876,14 +876,13 @@ __attribute__((noinline)) void pv_row(const uint32_t* pr, const uint32_t* vr, in
 // PV and the finish of a diagonal unit (rows i0 .. i0 + nrows - 1 of heads h .. h + QV - 1):
 // the probability pairs pp, vr at the slot of row 0's first key, the integer max m and sum l.
 // Even rows first, then odd ones: each half reads the V pairs of one parity (18 KiB at W 128,
-// head_dim 64). The output rows are written with non-temporal stores where `stream`
+// head_dim 64). The output rows are written with non-temporal stores for kStream
 // (streams_output), else prefetched for writing kAhead rows ahead. Whole window-128 calls ran
 // 1.035-1.067x faster than with PV on the diagonals (0.99-1.04x without the prefetch), and
 // streaming 1.040-1.049x faster than the prefetch (docs/performance.md, twenty-fourth window).
-template <int QV>
+template <int QV, bool kStream>
 void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m)[QV],
-             const __m512 (&l)[QV], int nrows, const Problem& pb, int64_t h, int64_t i0,
-             bool stream) {
+             const __m512 (&l)[QV], int nrows, const Problem& pb, int64_t h, int64_t i0) {
   constexpr int kAhead = 4;
   const int64_t D = pb.D, qstride = pb.Hq * D;
   alignas(64) float fac[QV][16];
@@ -897,23 +896,17 @@ void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m
   auto prefetch = [&](int k) {
     for (int v = 0; v < QV; ++v) prefetch_rows(pb.out, i0 + row(k), 1, pb, h + v, true);
   };
-  if (!stream)
+  if constexpr (!kStream)
     for (int k = 0; k < kAhead; ++k) prefetch(k);
   for (int k = 0; k < 16; ++k) {
-    if (!stream && k + kAhead < 16) prefetch(k + kAhead);
+    if constexpr (!kStream)
+      if (k + kAhead < 16) prefetch(k + kAhead);
     const int r = row(k);
     if (r >= nrows) continue;
     float* orow = pb.out + (i0 + r) * qstride + h * D;
-    auto run = [&](auto kStream) {
-      int64_t d0 = 0;
-      for (; d0 + 64 <= D; d0 += 64)
-        pv_row<QV, 4, kStream()>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
-      if (d0 < D) pv_row<QV, 2, kStream()>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
-    };
-    if (stream)
-      run(std::true_type{});
-    else
-      run(std::false_type{});
+    int64_t d0 = 0;
+    for (; d0 + 64 <= D; d0 += 64) pv_row<QV, 4, kStream>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
+    if (d0 < D) pv_row<QV, 2, kStream>(pp + r, vr + r * D + d0, D, W, fac, r, orow + d0);
   }
 }
 
@@ -927,18 +920,8 @@ std::atomic<int64_t> g_stream_bytes{-1};
 // every row of it starts on a 64-byte boundary (as the engine's tensors do). Smaller outputs are
 // written through the cache, where the next op (the output projection, a ring's merge) reads them.
 bool streams_output(const Problem& pb) {
-  // From sysfs: glibc's sysconf(_SC_LEVEL3_CACHE_SIZE) read 320 MiB for the 32 MiB L3 of a
-  // 2-vCPU Zen 4 guest. 32 MiB where sysfs does not say.
-  static const int64_t l3 = [] {
-    int64_t kib = 0;
-    if (FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
-      long v = 0;
-      char unit = 0;
-      if (std::fscanf(f, "%ld%c", &v, &unit) == 2 && v > 0) kib = unit == 'M' ? v * 1024 : v;
-      std::fclose(f);
-    }
-    return kib > 0 ? kib * 1024 : int64_t{32} << 20;
-  }();
+  // 32 MiB where sysfs does not say.
+  static const int64_t l3 = l3_cache_bytes() > 0 ? l3_cache_bytes() : int64_t{32} << 20;
   const int64_t from = g_stream_bytes.load(std::memory_order_relaxed);
   const int64_t bytes = pb.nq * pb.Hq * pb.D * int64_t{sizeof(float)};
   return bytes >= (from < 0 ? l3 : from) && reinterpret_cast<uintptr_t>(pb.out) % 64 == 0 &&
@@ -973,10 +956,9 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
     uint32_t* sk = s.diag.get();
     uint32_t* sv = sk + Dh * stride;
     const int64_t lo = std::clamp<int64_t>(-t0, 0, stride), hi = std::clamp<int64_t>(dk.L - t0, lo, stride);
-    const uint32_t* ksrc = dk.ks + kvh * Dh * dk.L + t0;
     for (int64_t i = 0; i < Dh; ++i) {
       std::memset(sk + i * stride, 0, sizeof(uint32_t) * stride);
-      if (hi > lo) std::memcpy(sk + i * stride + lo, ksrc + i * dk.L + lo, sizeof(uint32_t) * (hi - lo));
+      if (hi > lo) std::memcpy(sk + i * stride + lo, ks + i * dk.L + lo, sizeof(uint32_t) * (hi - lo));
     }
     std::memset(sv, 0, sizeof(uint32_t) * stride * D);
     if (hi > lo) std::memcpy(sv + lo * D, vs + lo * D, sizeof(uint32_t) * (hi - lo) * D);
@@ -1036,7 +1018,10 @@ void attend_diagonals(const Problem& pb, const DiagKv& dk, int64_t h, int64_t i0
     }
   }
 
-  pv_rows<QV>(pp, vs, W, m, l, nrows, pb, h, i0, stream);
+  if (stream)
+    pv_rows<QV, true>(pp, vs, W, m, l, nrows, pb, h, i0);
+  else
+    pv_rows<QV, false>(pp, vs, W, m, l, nrows, pb, h, i0);
 }
 
 std::atomic<bool> g_amx{true};
