@@ -82,6 +82,7 @@
 #include "slope/kernels/cpu/amx.h"
 #include "slope/kernels/cpu/attention_common.h"
 #include "slope/kernels/cpu/exp2_avx512.h"
+#include "slope/kernels/cpu/unit_shares.h"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
     defined(__AVX512DQ__) && defined(__AVX512BF16__)
@@ -786,28 +787,31 @@ void pack_diagonal_block(const float* k, const float* v, int64_t stride, int64_t
 // whose 17 keys all exist is read in place; the few others (a call's first and last) from a copy
 // of their rows with zeros for the missing keys. Reading in place, with each V row loaded once,
 // took the pack about 18% less time than per-row checks (docs/performance.md, twenty-third window).
+//
+// The blocks are split among the threads in key order (the KV heads of a block together), as the
+// units are in row order (run_kernel): each thread packs, about, the keys of its own rows.
 void pack_diagonals(const Problem& pb, const DiagKv& dk, uint32_t* ks, uint32_t* vs) {
   const int64_t D = pb.D, Dh = D / 2, L = dk.L, kvstride = pb.Hkv * D;
   std::vector<float> edge;  // [K, V][17][D]
-#pragma omp for collapse(2) schedule(static)
-  for (int64_t g = 0; g < pb.Hkv; ++g)
-    for (int64_t t0 = 0; t0 < L; t0 += 16) {
-      const int64_t key0 = dk.base + t0;
-      uint32_t* const ksb = ks + g * Dh * L + t0;
-      uint32_t* const vsb = vs + (g * L + t0) * D;
-      if (key0 >= 0 && key0 + 16 < pb.nk) {
-        pack_diagonal_block(pb.k + key0 * kvstride + g * D, pb.v + key0 * kvstride + g * D,
-                            kvstride, D, ksb, vsb, L);
-        continue;
-      }
-      edge.assign(2 * 17 * D, 0.0f);
-      for (int64_t j = 0; j <= 16; ++j)
-        if (key0 + j >= 0 && key0 + j < pb.nk) {
-          std::memcpy(edge.data() + j * D, pb.k + (key0 + j) * kvstride + g * D, sizeof(float) * D);
-          std::memcpy(edge.data() + (17 + j) * D, pb.v + (key0 + j) * kvstride + g * D, sizeof(float) * D);
-        }
-      pack_diagonal_block(edge.data(), edge.data() + 17 * D, D, D, ksb, vsb, L);
+#pragma omp for schedule(static)
+  for (int64_t w = 0; w < L / 16 * pb.Hkv; ++w) {
+    const int64_t t0 = w / pb.Hkv * 16, g = w % pb.Hkv;
+    const int64_t key0 = dk.base + t0;
+    uint32_t* const ksb = ks + g * Dh * L + t0;
+    uint32_t* const vsb = vs + (g * L + t0) * D;
+    if (key0 >= 0 && key0 + 16 < pb.nk) {
+      pack_diagonal_block(pb.k + key0 * kvstride + g * D, pb.v + key0 * kvstride + g * D,
+                          kvstride, D, ksb, vsb, L);
+      continue;
     }
+    edge.assign(2 * 17 * D, 0.0f);
+    for (int64_t j = 0; j <= 16; ++j)
+      if (key0 + j >= 0 && key0 + j < pb.nk) {
+        std::memcpy(edge.data() + j * D, pb.k + (key0 + j) * kvstride + g * D, sizeof(float) * D);
+        std::memcpy(edge.data() + (17 + j) * D, pb.v + (key0 + j) * kvstride + g * D, sizeof(float) * D);
+      }
+    pack_diagonal_block(edge.data(), edge.data() + 17 * D, D, D, ksb, vsb, L);
+  }
 }
 
 // S rows S .. S + NJ - 1 of a span of 16 diagonals (S + NJ <= 16): ks at the span's first slot,
@@ -1098,8 +1102,11 @@ void run_kernel(const Problem& pb) {
   const int64_t nqb = (pb.nq + bq - 1) / bq;
   const HeadBlocks hb(pb);
   const int64_t tasks = packed ? hb.count() : nqb * pb.Hq;
+  // The diagonal units in shares (UnitShares) of rows, which the pack's split by keys matches.
+  cpu::UnitShares shares(diag ? omp_get_max_threads() : 0);
 #pragma omp parallel
   {
+    if (diag) shares.set(omp_get_thread_num(), omp_get_num_threads(), tasks);
     // K and V to bf16 once per call (each omp for ends in a barrier).
     if (diag) pack_diagonals(pb, dk, ks, vs);
 #pragma omp for schedule(static)
@@ -1129,23 +1136,36 @@ void run_kernel(const Problem& pb) {
     const int64_t run = packed ? hb.run(nthreads) : 1;
     // The unit this thread likely takes next, for the prefetches.
     const int64_t ahead = run > 1 ? 1 : nthreads;
+    if (diag) {
+      // In shares of rows (HeadBlocks::by_rows: all heads of 16 rows, then the next 16 rows),
+      // so that a thread reads and writes whole rows of queries and output, and mostly the K/V
+      // it packed itself. Each unit's successor is taken before the unit runs, so that the unit
+      // prefetches its queries. Whole window-128 calls ran 1.04-1.11x faster than in runs of 16
+      // of one KV head handed out dynamically (docs/performance.md, twenty-fifth window).
+      const int tid = omp_get_thread_num();
+      auto run_unit = [&](int64_t t, int64_t next) {
+        const HeadBlock u = hb.by_rows(t);
+        with_block_heads(u.nh, [&](auto nh) {
+          attend_diagonals<nh()>(pb, dk, u.h0, u.i0, next >= 0 ? hb.by_rows(next) : HeadBlock{0, 0, 0}, stream, s);
+        });
+      };
+      for (int64_t t = shares.own(tid), next; t >= 0; t = next) {
+        next = shares.own(tid);
+        run_unit(t, next);
+      }
+      for (int64_t t = shares.steal(); t >= 0; t = shares.steal()) run_unit(t, -1);
+    }
 #pragma omp for schedule(dynamic, run)
-    for (int64_t t = 0; t < tasks; ++t) {
+    for (int64_t t = diag ? tasks : 0; t < tasks; ++t) {
       if (packed) {
         // On AMX these prefetches cost more than they hide: without them every alternated
         // window-128 call ran 4-10% faster, chunk calls and whole ones (docs/performance.md,
         // fifteenth window). Elsewhere they were measured in (Zen 4). The diagonal units spread
         // theirs through the unit instead of issuing 16 rows of each at its start (whole
         // window-128 calls 1.01-1.04x on the Zen 4: docs/performance.md, eighteenth window).
-        if (!amx && !diag) prefetch_for_head_block(pb, hb, t, ahead);
+        if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
         const HeadBlock u = hb.at(t);
-        with_block_heads(u.nh, [&](auto nh) {
-          if (diag)
-            attend_diagonals<nh()>(pb, dk, u.h0, u.i0,
-                                   t + ahead < tasks ? hb.at(t + ahead) : HeadBlock{0, 0, 0}, stream, s);
-          else
-            attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s);
-        });
+        with_block_heads(u.nh, [&](auto nh) { attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s); });
         continue;
       }
       // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query

@@ -177,8 +177,13 @@ struct HeadBlocks {
   // so that a thread's next unit is the next 16 positions, whose keys are all but 16 of its own
   // (window-128 calls on AMX 1.08-1.10× faster than one at a time: docs/performance.md, fifteenth window).
   int64_t run(int64_t nthreads) const { return std::clamp<int64_t>(count() / (8 * nthreads), 1, 16); }
-  HeadBlock at(int64_t t) const {
-    const int64_t b = t % nqb, c = t / nqb % chunks, g = t / (nqb * chunks);
+  HeadBlock at(int64_t t) const { return block(t % nqb, t / nqb % chunks, t / (nqb * chunks)); }
+  // The same blocks with the rows outermost: every head of 16 rows, then the next 16 rows.
+  HeadBlock by_rows(int64_t t) const { return block(t / (Hkv * chunks), t % chunks, t / chunks % Hkv); }
+
+ private:
+  // Rows 16b .. 16b + 15 of part c of KV head g's query heads.
+  HeadBlock block(int64_t b, int64_t c, int64_t g) const {
     const int64_t a = c * group / chunks, e = (c + 1) * group / chunks;  // heads [a, e) of g
     return {g * group + a, static_cast<int>(e - a), b * kAttentionWindowVectorQ};
   }
