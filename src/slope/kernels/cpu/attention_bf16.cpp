@@ -918,11 +918,12 @@ void pv_rows(const uint32_t* pp, const uint32_t* vr, int64_t W, const __m512 (&m
 // last-level cache's size).
 std::atomic<int64_t> g_stream_bytes{-1};
 
-// Whether this call's diagonal units stream their output rows past the cache: its output is at
-// least g_stream_bytes (by default the L3's size: it cannot all be in the cache when the call
-// returns, so writing it through the cache reads each line from memory first for nothing) and
-// every row of it starts on a 64-byte boundary (as the engine's tensors do). Smaller outputs are
-// written through the cache, where the next op (the output projection, a ring's merge) reads them.
+// Whether this call's diagonal units stream their output rows past the cache (in each of its
+// parts: run_kernel): its output is at least g_stream_bytes (by default the L3's size: it cannot
+// all be in the cache when the call returns, so writing it through the cache reads each line from
+// memory first for nothing) and every row of it starts on a 64-byte boundary (as the engine's
+// tensors do). Smaller outputs are written through the cache, where the next op (the output
+// projection, a ring's merge) reads them.
 bool streams_output(const Problem& pb) {
   // 32 MiB where sysfs does not say.
   static const int64_t l3 = l3_cache_bytes() > 0 ? l3_cache_bytes() : int64_t{32} << 20;
@@ -1052,7 +1053,9 @@ thread_local KeptKv kept_kv;
 constexpr int64_t kDiagonalRows = 1024;
 static_assert(kDiagonalRows % kAttentionWindowVectorQ == 0, "parts start on a unit's rows");
 
-void run_kernel(const Problem& pb) {
+// stream_output: whether the diagonal units write the output with non-temporal stores
+// (streams_output), decided on the whole call's output, not on a part's.
+void run_kernel(const Problem& pb, bool stream_output) {
   if (pb.nq > kDiagonalRows && diagonal_units(pb, uses_amx(pb))) {
     for (int64_t r0 = 0; r0 < pb.nq; r0 += kDiagonalRows) {
       Problem part = pb;
@@ -1061,7 +1064,7 @@ void run_kernel(const Problem& pb) {
       part.q_pos0 = pb.q_pos0 + r0;
       part.out = pb.out + r0 * pb.Hq * pb.D;
       part.lse = pb.lse + r0 * pb.Hq;
-      run_kernel(part);
+      run_kernel(part, stream_output);
     }
     return;
   }
@@ -1080,7 +1083,7 @@ void run_kernel(const Problem& pb) {
   // the call then does not use.
   DiagKv dk{};
   const bool diag = packed && diagonal_units(pb, amx, &dk);
-  const bool stream = diag && streams_output(pb);
+  const bool stream = diag && stream_output;
   uint32_t* const ks = diag ? reinterpret_cast<uint32_t*>(k16_buf.get(pb.Hkv * D * dk.L)) : nullptr;
   uint32_t* const vs = diag ? vp_buf.get(pb.Hkv * D * dk.L) : nullptr;
   dk.ks = ks;
@@ -1212,7 +1215,7 @@ bool run_bf16(const Problem& pb) {
     return false;
   }
 #if SLOPE_ATTENTION_BF16
-  run_kernel(pb);
+  run_kernel(pb, streams_output(pb));
   return true;
 #else
   return false;
