@@ -20,8 +20,9 @@ struct Taken {
   explicit Taken(int64_t n) : count(static_cast<size_t>(n)), by(static_cast<size_t>(n)) {}
 };
 
-// Runs `nt` threads over units [0, n) as the kernel does: its own share, then stealing. Thread
-// `slow` (if >= 0) sleeps `nap` per unit of its own; returns what each thread took, in order.
+// Runs `nt` threads over units [0, n) as the kernels do (UnitShares::run: its own share, then
+// stealing). Thread `slow` (if >= 0) sleeps `nap` per unit of its own; returns what each thread
+// took, in order.
 std::vector<std::vector<int64_t>> run(UnitShares& shares, int nt, int64_t n, Taken& taken, int slow = -1,
                                       std::chrono::microseconds nap = {}) {
   std::vector<std::vector<int64_t>> order(static_cast<size_t>(nt));
@@ -39,11 +40,16 @@ std::vector<std::vector<int64_t>> run(UnitShares& shares, int nt, int64_t n, Tak
         taken.by[static_cast<size_t>(t)].store(tid);
         order[static_cast<size_t>(tid)].push_back(t);
       };
-      for (int64_t t = shares.own(tid); t >= 0; t = shares.own(tid)) {
+      const int64_t lo = n * tid / nt, hi = n * (tid + 1) / nt;
+      shares.run(tid, [&](int64_t t, int64_t next) {
+        // The next unit named is the share's next, and only while the share lasts.
+        if (next >= 0) {
+          EXPECT_EQ(next, t + 1);
+          EXPECT_TRUE(lo <= t && next < hi);
+        }
         take(t);
-        if (tid == slow) std::this_thread::sleep_for(nap);
-      }
-      for (int64_t t = shares.steal(); t >= 0; t = shares.steal()) take(t);
+        if (tid == slow && lo <= t && t < hi) std::this_thread::sleep_for(nap);
+      });
     });
   for (std::thread& t : threads) t.join();
   return order;

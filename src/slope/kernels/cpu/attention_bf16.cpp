@@ -54,8 +54,9 @@
 // diagonal j holds key b0 + r + j, so each of a unit's 16 rows computes only its own W keys
 // rather than the W + 16 of the blocks that cover all of them. Ks and Vs are packed once per
 // part of kDiagonalRows rows with the keys in the lanes, and each diagonal's vector is cut from
-// two aligned loads by valignd. Products, rounding and softmax are the blocks'; only the order
-// of the f32 sums changes (set_diagonal_window_attention(false) takes the blocks, for tests).
+// two aligned loads by valignd. Each thread packs the keys of, and runs the units of, its own
+// share of a part's rows (UnitShares). Products, rounding and softmax are the blocks'; only the
+// order of the f32 sums changes (set_diagonal_window_attention(false) takes the blocks, for tests).
 #include "slope/kernels/attention.h"
 
 // GCC 12 reports false '(may be) used uninitialized' warnings inside AVX-512 intrinsics
@@ -1145,18 +1146,12 @@ void run_kernel(const Problem& pb, bool stream_output) {
       // it packed itself. Each unit's successor is taken before the unit runs, so that the unit
       // prefetches its queries. Whole window-128 calls ran 1.04-1.11x faster than in runs of 16
       // of one KV head handed out dynamically (docs/performance.md, twenty-fifth window).
-      const int tid = omp_get_thread_num();
-      auto run_unit = [&](int64_t t, int64_t next) {
+      shares.run(omp_get_thread_num(), [&](int64_t t, int64_t next) {
         const HeadBlock u = hb.by_rows(t);
         with_block_heads(u.nh, [&](auto nh) {
           attend_diagonals<nh()>(pb, dk, u.h0, u.i0, next >= 0 ? hb.by_rows(next) : HeadBlock{0, 0, 0}, stream, s);
         });
-      };
-      for (int64_t t = shares.own(tid), next; t >= 0; t = next) {
-        next = shares.own(tid);
-        run_unit(t, next);
-      }
-      for (int64_t t = shares.steal(); t >= 0; t = shares.steal()) run_unit(t, -1);
+      });
     }
 #pragma omp for schedule(dynamic, run)
     for (int64_t t = diag ? tasks : 0; t < tasks; ++t) {

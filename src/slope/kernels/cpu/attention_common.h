@@ -316,18 +316,19 @@ inline void prefetch_for_block(const Problem& pb, int64_t h, int64_t i0, int64_t
   prefetch_rows(pb.out, i0, bq, pb, h, true);
 }
 
-// The head-packed unit t (HeadBlocks) prefetches the query rows of unit t + ahead and its own
-// output rows, as prefetch_for_block does.
-inline void prefetch_for_head_block(const Problem& pb, const HeadBlocks& hb, int64_t t,
-                                    int64_t ahead) {
-  if (t + ahead < hb.count()) {
-    const HeadBlock n = hb.at(t + ahead);
-    for (int v = 0; v < n.nh; ++v)
-      prefetch_rows(pb.q, n.i0, kAttentionWindowVectorQ, pb, n.h0 + v, false);
-  }
-  const HeadBlock u = hb.at(t);
+// A head-packed unit u (HeadBlocks) prefetches the query rows of the unit `next` (nh = 0: none)
+// and its own output rows, as prefetch_for_block does.
+inline void prefetch_for_head_block(const Problem& pb, const HeadBlock& u, const HeadBlock& next) {
+  for (int v = 0; v < next.nh; ++v)
+    prefetch_rows(pb.q, next.i0, kAttentionWindowVectorQ, pb, next.h0 + v, false);
   for (int v = 0; v < u.nh; ++v)
     prefetch_rows(pb.out, u.i0, kAttentionWindowVectorQ, pb, u.h0 + v, true);
+}
+
+// The same for unit t of HeadBlocks' order and unit t + ahead.
+inline void prefetch_for_head_block(const Problem& pb, const HeadBlocks& hb, int64_t t,
+                                    int64_t ahead) {
+  prefetch_for_head_block(pb, hb.at(t), t + ahead < hb.count() ? hb.at(t + ahead) : HeadBlock{0, 0, 0});
 }
 
 // ln x for 8 finite doubles x > 0: x = 2^e · m with m in [0.75, 1.5), ln m = 2 atanh(s) with

@@ -18,8 +18,9 @@ class UnitShares {
   // Room for `threads` shares, all empty until set().
   explicit UnitShares(int threads) : shares_(static_cast<size_t>(threads)) {}
 
-  // Thread `tid` of `nt` (nt <= threads) takes the share [n·tid/nt, n·(tid+1)/nt) of units [0, n).
-  // Each thread of the region sets its own before a barrier, and only then do any take units.
+  // Thread `tid` of `nt` (nt <= threads) takes the share [n·tid/nt, n·(tid+1)/nt) of units [0, n),
+  // n < 2^32. Each thread of the region sets its own before a barrier, and only then do any take
+  // units.
   void set(int tid, int nt, int64_t n) {
     shares_[static_cast<size_t>(tid)].range.store(pack(n * tid / nt, n * (tid + 1) / nt));
   }
@@ -31,6 +32,18 @@ class UnitShares {
     while (front(x) < back(x))
       if (r.compare_exchange_weak(x, pack(front(x) + 1, back(x)))) return front(x);
     return -1;
+  }
+
+  // Runs thread tid's units: its own share, then others' units from their backs, as
+  // run(unit, next): `next` is the unit this thread runs next where it is known (its own share's
+  // next, taken before `unit` runs, so that run can prefetch for it), else -1.
+  template <typename F>
+  void run(int tid, F&& run) {
+    for (int64_t t = own(tid), next; t >= 0; t = next) {
+      next = own(tid);
+      run(t, next);
+    }
+    for (int64_t t = steal(); t >= 0; t = steal()) run(t, int64_t{-1});
   }
 
   // The last unit of the share with the most units left, or -1 when every share is done.
