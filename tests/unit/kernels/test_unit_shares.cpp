@@ -1,6 +1,6 @@
-// UnitShares (kernels/cpu/unit_shares.h), the diagonal window units' schedule: every unit is
-// taken exactly once, each thread runs its own share in order, and threads that finish early
-// take the rest of a slow thread's share.
+// UnitShares (kernels/cpu/unit_shares.h), the schedule of the attention kernels' window units:
+// every unit is taken exactly once, each thread runs its own share in order, and threads that
+// finish early take the rest of a slow thread's share.
 #include <gtest/gtest.h>
 
 #include <atomic>

@@ -1132,50 +1132,51 @@ void run_kernel(const Problem& pb, bool stream_output) {
 #endif
 
     Scratch s(D);
-    // One KV head at a time (its K/V stay in the cache while all of its query heads and
-    // blocks read them), later (longer) query blocks first, the GQA heads of a block together.
-    const int64_t group = pb.Hq / pb.Hkv, per_kv_head = nqb * group;
-    // Head-packed blocks: HeadBlocks' order, also one KV head at a time, in HeadBlocks::run's runs.
-    const int64_t nthreads = omp_get_num_threads();
-    const int64_t run = packed ? hb.run(nthreads) : 1;
-    // The unit this thread likely takes next, for the prefetches.
-    const int64_t ahead = run > 1 ? 1 : nthreads;
     if (diag) {
       // In shares of rows (HeadBlocks::by_rows: all heads of 16 rows, then the next 16 rows),
       // so that a thread reads and writes whole rows of queries and output, and mostly the K/V
       // it packed itself. Each unit's successor is taken before the unit runs, so that the unit
-      // prefetches its queries. Whole window-128 calls ran 1.04-1.11x faster than in runs of 16
-      // of one KV head handed out dynamically (docs/performance.md, twenty-fifth window).
+      // prefetches its queries, spread through the unit rather than at its start (whole
+      // window-128 calls 1.01-1.04x on the Zen 4: docs/performance.md, eighteenth window).
+      // Whole window-128 calls ran 1.04-1.11x faster than in runs of 16 of one KV head handed
+      // out dynamically (docs/performance.md, twenty-fifth window).
       shares.run(omp_get_thread_num(), [&](int64_t t, int64_t next) {
         const HeadBlock u = hb.by_rows(t);
         with_block_heads(u.nh, [&](auto nh) {
           attend_diagonals<nh()>(pb, dk, u.h0, u.i0, next >= 0 ? hb.by_rows(next) : HeadBlock{0, 0, 0}, stream, s);
         });
       });
-    }
+    } else {
+      // One KV head at a time (its K/V stay in the cache while all of its query heads and
+      // blocks read them), later (longer) query blocks first, the GQA heads of a block together.
+      const int64_t group = pb.Hq / pb.Hkv, per_kv_head = nqb * group;
+      // Head-packed blocks: HeadBlocks' order, also one KV head at a time, in HeadBlocks::run's runs.
+      const int64_t nthreads = omp_get_num_threads();
+      const int64_t run = packed ? hb.run(nthreads) : 1;
+      // The unit this thread likely takes next, for the prefetches.
+      const int64_t ahead = run > 1 ? 1 : nthreads;
 #pragma omp for schedule(dynamic, run)
-    for (int64_t t = diag ? tasks : 0; t < tasks; ++t) {
-      if (packed) {
-        // On AMX these prefetches cost more than they hide: without them every alternated
-        // window-128 call ran 4-10% faster, chunk calls and whole ones (docs/performance.md,
-        // fifteenth window). Elsewhere they were measured in (Zen 4). The diagonal units spread
-        // theirs through the unit instead of issuing 16 rows of each at its start (whole
-        // window-128 calls 1.01-1.04x on the Zen 4: docs/performance.md, eighteenth window).
-        if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
-        const HeadBlock u = hb.at(t);
-        with_block_heads(u.nh, [&](auto nh) { attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s); });
-        continue;
+      for (int64_t t = 0; t < tasks; ++t) {
+        if (packed) {
+          // On AMX these prefetches cost more than they hide: without them every alternated
+          // window-128 call ran 4-10% faster, chunk calls and whole ones (docs/performance.md,
+          // fifteenth window). Elsewhere they were measured in (Zen 4).
+          if (!amx) prefetch_for_head_block(pb, hb, t, ahead);
+          const HeadBlock u = hb.at(t);
+          with_block_heads(u.nh, [&](auto nh) { attend_unit<nh(), true>(amx, pb, kv, u.h0, u.i0, s); });
+          continue;
+        }
+        // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query
+        // head u % group of that KV head's group, u = t % per_kv_head.
+        auto head = [&](int64_t w) { return w / per_kv_head * group + w % per_kv_head % group; };
+        auto row0 = [&](int64_t w) { return (nqb - 1 - w % per_kv_head / group) * bq; };
+        const int64_t h = head(t), i0 = row0(t), n = t + ahead;
+        prefetch_for_block(pb, h, i0, bq, n < tasks ? head(n) : -1, row0(n));
+        if (qv == kWindowQueryVectors)
+          attend_unit<kWindowQueryVectors>(amx, pb, kv, h, i0, s);
+        else
+          attend_unit<kMaxQueryVectors>(amx, pb, kv, h, i0, s);
       }
-      // Unit t: KV head t / per_kv_head; within it, query block nqb - 1 - u / group and query
-      // head u % group of that KV head's group, u = t % per_kv_head.
-      auto head = [&](int64_t w) { return w / per_kv_head * group + w % per_kv_head % group; };
-      auto row0 = [&](int64_t w) { return (nqb - 1 - w % per_kv_head / group) * bq; };
-      const int64_t h = head(t), i0 = row0(t), n = t + ahead;
-      prefetch_for_block(pb, h, i0, bq, n < tasks ? head(n) : -1, row0(n));
-      if (qv == kWindowQueryVectors)
-        attend_unit<kWindowQueryVectors>(amx, pb, kv, h, i0, s);
-      else
-        attend_unit<kMaxQueryVectors>(amx, pb, kv, h, i0, s);
     }
 #if SLOPE_AMX
     if (amx) _tile_release();

@@ -1,8 +1,8 @@
 // Work units [0, n) of a parallel region split into one contiguous share per thread. Each thread
 // takes the units of its own share from the front; a thread whose share is done takes units one
 // at a time from the back of the share with the most left. Where the units cost about the same,
-// every thread runs its own share, in order, and so reads what it packed itself (the diagonal
-// window units read the K/V layouts of their thread's KV heads from its own L2); where a thread
+// every thread runs its own share, in order, and so reads what it packed itself (the attention
+// kernels' window units, in shares of rows, read the keys of their own rows); where a thread
 // falls behind (the host slowing one core), the others finish its share, as a dynamic schedule
 // would. Internal to kernels/cpu.
 #pragma once
@@ -35,15 +35,15 @@ class UnitShares {
   }
 
   // Runs thread tid's units: its own share, then others' units from their backs, as
-  // run(unit, next): `next` is the unit this thread runs next where it is known (its own share's
-  // next, taken before `unit` runs, so that run can prefetch for it), else -1.
+  // unit(t, next): `next` is the unit this thread runs next where it is known (its own share's
+  // next, taken before t runs, so that unit can prefetch for it), else -1.
   template <typename F>
-  void run(int tid, F&& run) {
+  void run(int tid, F&& unit) {
     for (int64_t t = own(tid), next; t >= 0; t = next) {
       next = own(tid);
-      run(t, next);
+      unit(t, next);
     }
-    for (int64_t t = steal(); t >= 0; t = steal()) run(t, int64_t{-1});
+    for (int64_t t = steal(); t >= 0; t = steal()) unit(t, int64_t{-1});
   }
 
   // The last unit of the share with the most units left, or -1 when every share is done.
